@@ -1,0 +1,216 @@
+"""The four plugin interfaces: Backend, Codec, EvictionPolicy, EngineAdapter.
+
+A plugin package implements one of these classes and registers it by import string through
+the hooks in :mod:`lifeboatcache_core.hookspecs`. The contract tests in
+:mod:`lifeboatcache_core.testing` check every implementation the same way.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from lifeboatcache_core.chunkfile import BlockMeta, Buffer
+from lifeboatcache_core.keys import BlockKey
+
+
+class PluginConfig(BaseModel):
+    """Base of every plugin's config model: unknown keys are errors, never ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ----------------------------------------------------------------------------- backends
+
+
+class Backend(ABC):
+    """Stores self-describing blocks (DESIGN §5) under keys.
+
+    Backends are called from the tier's I/O threads, concurrently; implementations must be
+    thread-safe for distinct keys and must tolerate two writers of one key (last rename
+    wins, both blocks valid). Integrity failures raise ``CorruptBlockError``; I/O failures
+    raise ``OSError``; an absent block raises ``KeyError``. The tier turns all three into
+    misses, so a backend never needs to swallow errors itself.
+    """
+
+    #: survives a process restart (the fallback rule in DESIGN §6 counts these)
+    persistent: ClassVar[bool] = True
+    config_model: ClassVar[type[PluginConfig]] = PluginConfig
+
+    def __init__(self, config: PluginConfig, *, tier: str) -> None:
+        self.config = config
+        self.tier = tier
+
+    @abstractmethod
+    def put(self, key: BlockKey, payload: Sequence[Buffer], meta: BlockMeta) -> int:
+        """Store ``payload`` (pieces, concatenated) atomically; return the bytes stored."""
+
+    @abstractmethod
+    def read(self, key: BlockKey, dest: memoryview | None = None) -> tuple[BlockMeta, memoryview]:
+        """Return the verified meta and payload of ``key``.
+
+        When ``dest`` is given and is exactly the payload's length, the payload is read into
+        ``dest`` (copy-free) and the returned view is ``dest``; otherwise a new buffer is used.
+        """
+
+    @abstractmethod
+    def exists(self, key: BlockKey) -> bool:
+        """Cheap presence check (no verification)."""
+
+    @abstractmethod
+    def delete(self, key: BlockKey) -> int:
+        """Remove ``key``; return the bytes freed (0 when absent)."""
+
+    @abstractmethod
+    def scan(self) -> Iterator[tuple[BlockKey, int]]:
+        """Every stored key with its stored size, for rebuilding the index."""
+
+    def quarantine(self, key: BlockKey, reason: str) -> None:
+        """Set a damaged block aside (default: delete it)."""
+        self.delete(key)
+
+    def probe(self) -> None:
+        """Write, read back and delete a probe block; raise ``TierUnavailableError``."""
+
+    def free_bytes(self) -> int | None:
+        """Free space on the underlying store, if it has such a notion."""
+        return None
+
+    def close(self) -> None:
+        """Release resources; the default has none."""
+
+
+# ----------------------------------------------------------------------------- codecs
+
+
+@dataclass(frozen=True, slots=True)
+class KVLayout:
+    """What the bytes of a block are: dtype name and shape, with a name per axis.
+
+    Axis names come from {"kv", "layer", "token", "head", "dim", "block", "page"}; codecs find
+    the axes they care about (e.g. K per channel needs "kv" and "dim") by name. dtype names
+    follow torch ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2", "uint8").
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+    axes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.shape) != len(self.axes):
+            raise ValueError(f"shape {self.shape} and axes {self.axes} differ in length")
+
+
+class Codec(ABC):
+    """Turns raw block bytes into stored bytes and back, per tier.
+
+    ``decode`` writes the original bytes into ``dest`` (the caller's buffer) and raises
+    ``CorruptBlockError`` for a payload it cannot trust (truncated, other version, ...).
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[int] = 1
+    lossless: ClassVar[bool] = True
+    config_model: ClassVar[type[PluginConfig]] = PluginConfig
+
+    def __init__(self, config: PluginConfig | None = None) -> None:
+        self.config = config if config is not None else self.config_model()
+
+    @property
+    def tag(self) -> str:
+        """``name@version`` as recorded in block meta."""
+        return f"{self.name}@{self.version}"
+
+    @abstractmethod
+    def encode(self, raw: memoryview, layout: KVLayout | None) -> tuple[Sequence[Buffer], dict[str, Any]]:
+        """Return (payload pieces, params to record in the block's meta)."""
+
+    @abstractmethod
+    def decode(
+        self, payload: memoryview, params: dict[str, Any], layout: KVLayout | None, dest: memoryview
+    ) -> None:
+        """Write the decoded bytes (``len(dest)`` of them) into ``dest``."""
+
+    def error_bound(self, layout: KVLayout | None) -> float:
+        """Largest relative error (``|x - x'|`` / max ``|x|`` per group) this codec promises."""
+        return 0.0
+
+
+# ----------------------------------------------------------------------------- policies
+
+
+@dataclass(frozen=True, slots=True)
+class BlockHint:
+    """What an adapter knows about a block beyond its key, for smarter eviction.
+
+    ``tag`` names the session/episode, ``parent`` is the previous block of the same prefix
+    chain and ``depth`` the block's index in its chain (0 = first block of a prompt).
+    """
+
+    tag: str | None = None
+    parent: BlockKey | None = None
+    depth: int | None = None
+
+
+class EvictionPolicy(ABC):
+    """Chooses which block leaves a full tier. Called under the tier's lock: keep it O(1)/O(log n).
+
+    The tier owns sizes and capacity; the policy only orders keys. ``victim`` proposes a key
+    without removing it; the tier then calls ``remove`` once the block is gone.
+    """
+
+    name: ClassVar[str]
+    config_model: ClassVar[type[PluginConfig]] = PluginConfig
+
+    def __init__(self, config: PluginConfig | None = None, *, seed: int = 0) -> None:
+        self.config = config if config is not None else self.config_model()
+        self.seed = seed
+
+    @abstractmethod
+    def insert(self, key: BlockKey, size: int, hint: BlockHint | None = None) -> None:
+        """A block was stored (or re-stored)."""
+
+    @abstractmethod
+    def touch(self, key: BlockKey) -> None:
+        """A stored block was read."""
+
+    @abstractmethod
+    def remove(self, key: BlockKey) -> None:
+        """A block left the tier (evicted, deleted or found corrupt). Unknown keys are ignored."""
+
+    @abstractmethod
+    def victim(self, incoming: BlockKey | None = None) -> BlockKey | None:
+        """The block to evict next (``None`` when empty)."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def __contains__(self, key: object) -> bool: ...
+
+
+# ----------------------------------------------------------------------------- adapters
+
+
+class EngineAdapter(ABC):
+    """Connects one inference engine to a TieredCache.
+
+    Adapters import their engine lazily and check its version at load (``check_engine``)
+    with a message that says which versions work and how to install one.
+    """
+
+    name: ClassVar[str]
+    engine: ClassVar[str]
+    engine_requirement: ClassVar[str] = ""
+
+    @classmethod
+    @abstractmethod
+    def check_engine(cls) -> str:
+        """Return the engine's version, or raise ``PluginLoadError`` explaining the mismatch."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "engine": self.engine, "requires": self.engine_requirement}

@@ -1,0 +1,1 @@
+"""Built-in plugins: ordinary plugins that happen to ship with the core (DESIGN §2)."""

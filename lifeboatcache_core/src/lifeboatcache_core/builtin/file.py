@@ -1,0 +1,377 @@
+"""Local file tier (NVMe): one self-describing block file per key, sharded folders.
+
+Layout::
+
+    <path>/<namespace>/<ab>/<cd>/<digest-hex>.lbk     blocks
+    <path>/<namespace>/NAMESPACE.json                  human-readable namespace source
+    <path>/.bad/<namespace>/<digest-hex>.<time>.lbk    quarantined blocks
+    <final>.<host>-<pid>-<rand>.partial                in-flight writes (swept on open)
+
+Writes go to a same-directory ``.partial`` then ``os.replace`` (atomic on POSIX), so a
+reader sees a whole block or nothing. Reads go with ``preadv`` straight into the caller's
+buffer; with ``o_direct`` every transfer is 4 KiB aligned through a per-thread scratch map.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import mmap
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Literal
+
+import xxhash
+from pydantic import Field
+
+from lifeboatcache_core.abc import Backend, PluginConfig
+from lifeboatcache_core.chunkfile import (
+    DIRECT_ALIGN,
+    TRAILER_LEN,
+    BlockMeta,
+    Buffer,
+    build_header,
+    build_trailer,
+    check_trailer,
+    parse_fixed,
+    parse_header,
+    payload_digest,
+)
+from lifeboatcache_core.errors import CorruptBlockError, TierUnavailableError
+from lifeboatcache_core.keys import BlockKey
+
+SUFFIX = ".lbk"
+PARTIAL = ".partial"
+HEAD_READ = 4096
+GB = 1024**3
+_HOST = xxhash.xxh32_hexdigest(socket.gethostname().encode())
+
+
+class FileConfig(PluginConfig):
+    path: Path
+    durability: Literal["none", "fsync"] = "none"
+    o_direct: bool = False
+    reserve_free_gb: float = Field(default=0.0, ge=0)
+    on_corrupt: Literal["quarantine", "delete"] = "quarantine"
+    #: partial files older than this are swept even if their writer might live (other hosts)
+    stale_partial_seconds: float = Field(default=3600.0, gt=0)
+
+
+def _align_up(n: int, a: int = DIRECT_ALIGN) -> int:
+    return (n + a - 1) // a * a
+
+
+class _Scratch(threading.local):
+    """Per-thread page-aligned buffer for O_DIRECT transfers (mmap is page aligned)."""
+
+    def __init__(self) -> None:
+        self.buf: mmap.mmap | None = None
+
+    def get(self, size: int) -> mmap.mmap:
+        if self.buf is None or len(self.buf) < size:
+            if self.buf is not None:
+                self.buf.close()
+            self.buf = mmap.mmap(-1, _align_up(max(size, 1 << 20), 1 << 20))
+        return self.buf
+
+
+class FileBackend(Backend):
+    persistent = True
+    config_model = FileConfig
+
+    def __init__(self, config: FileConfig, *, tier: str = "file") -> None:
+        super().__init__(config, tier=tier)
+        self.config: FileConfig = config
+        self.root = Path(config.path)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._root = str(self.root)
+        self._dirs: set[str] = set()
+        self._dirs_lock = threading.Lock()
+        self._scratch = _Scratch()
+        self._fsync = config.durability == "fsync"
+        self._direct = config.o_direct and hasattr(os, "O_DIRECT")
+        self._reserve = int(config.reserve_free_gb * GB)
+
+    # ------------------------------------------------------------------ paths
+
+    def path_of(self, key: BlockKey) -> str:
+        h = key.hex
+        return f"{self._root}/{key.namespace}/{h[0:2]}/{h[2:4]}/{h}{SUFFIX}"
+
+    def _ensure_dir(self, directory: str) -> None:
+        if directory in self._dirs:
+            return
+        os.makedirs(directory, exist_ok=True)
+        with self._dirs_lock:
+            self._dirs.add(directory)
+
+    # ------------------------------------------------------------------ write
+
+    def put(self, key: BlockKey, payload: Sequence[Buffer], meta: BlockMeta) -> int:
+        final = self.path_of(key)
+        directory = final.rpartition("/")[0]
+        self._ensure_dir(directory)
+        tmp = f"{final}.{_HOST}-{os.getpid()}-{secrets.token_hex(4)}{PARTIAL}"
+        pieces = [memoryview(p).cast("B") if not isinstance(p, bytes) else p for p in payload]
+        payload_len = sum(len(p) for p in pieces)
+        trailer = build_trailer(payload_digest(pieces), payload_len)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        if self._direct:
+            header = build_header(meta, payload_len, align=DIRECT_ALIGN)
+            flags |= os.O_DIRECT
+        else:
+            header = build_header(meta, payload_len)
+        total = len(header) + payload_len + TRAILER_LEN
+        try:
+            fd = os.open(tmp, flags, 0o644)
+        except FileNotFoundError:  # shard dir removed behind our back: recreate once
+            with self._dirs_lock:
+                self._dirs.discard(directory)
+            self._ensure_dir(directory)
+            fd = os.open(tmp, flags, 0o644)
+        try:
+            if self._direct:
+                self._write_direct(fd, header, pieces, trailer, total)
+            else:
+                _pwritev_all(fd, [header, *pieces, trailer], total)
+            if self._fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            _unlink_quiet(tmp)
+            raise
+        os.close(fd)
+        try:
+            os.replace(tmp, final)
+        except BaseException:
+            _unlink_quiet(tmp)
+            raise
+        if self._fsync:
+            _fsync_dir(directory)
+        return total
+
+    def _write_direct(self, fd: int, header: bytes, pieces: list[Buffer], trailer: bytes, total: int) -> None:
+        padded = _align_up(total)
+        buf = self._scratch.get(padded)
+        pos = len(header)
+        buf[:pos] = header
+        for p in pieces:
+            n = len(p)
+            buf[pos:pos + n] = p
+            pos += n
+        buf[pos:pos + TRAILER_LEN] = trailer
+        pos += TRAILER_LEN
+        buf[pos:padded] = bytes(padded - pos)
+        view = memoryview(buf)[:padded]
+        try:
+            _pwritev_all(fd, [view], padded)
+        finally:
+            view.release()
+        os.ftruncate(fd, total)
+
+    # ------------------------------------------------------------------ read
+
+    def read(self, key: BlockKey, dest: memoryview | None = None) -> tuple[BlockMeta, memoryview]:
+        path = self.path_of(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECT if self._direct else 0))
+        except FileNotFoundError:
+            raise KeyError(key) from None
+        except OSError as exc:
+            if exc.errno == errno.EINVAL and self._direct:  # filesystem without O_DIRECT
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            else:
+                raise
+        try:
+            size = os.fstat(fd).st_size
+            if self._direct:
+                return self._read_direct(fd, size, key, dest)
+            head = os.pread(fd, HEAD_READ, 0)
+            header_len = parse_fixed(head)[0]
+            if header_len > len(head):
+                head = os.pread(fd, header_len, 0)
+            hdr = parse_header(head, size, key)
+            n = hdr.payload_len
+            buf: Buffer = dest if dest is not None and dest.nbytes == n else bytearray(n)
+            trailer = bytearray(TRAILER_LEN)
+            got = os.preadv(fd, [buf, trailer], hdr.header_len)
+            if got != n + TRAILER_LEN:
+                raise CorruptBlockError(f"short read ({got} of {n + TRAILER_LEN} bytes)")
+            check_trailer(trailer, n, (buf,))
+            return hdr.meta, memoryview(buf)
+        finally:
+            os.close(fd)
+
+    def _read_direct(self, fd: int, size: int, key: BlockKey, dest: memoryview | None) -> tuple[BlockMeta, memoryview]:
+        padded = _align_up(size)
+        buf = self._scratch.get(padded)
+        view = memoryview(buf)
+        try:
+            got = os.preadv(fd, [view[:padded]])
+            if got != size:
+                raise CorruptBlockError(f"short read ({got} of {size} bytes)")
+            hdr = parse_header(view[:min(size, max(HEAD_READ, parse_fixed(view[:24])[0]))], size, key)
+            start, n = hdr.header_len, hdr.payload_len
+            payload = view[start:start + n]
+            check_trailer(view[start + n:size], n, (payload,))
+            out: Buffer = dest if dest is not None and dest.nbytes == n else bytearray(n)
+            memoryview(out)[:] = payload
+            payload.release()
+            return hdr.meta, memoryview(out)
+        finally:
+            view.release()
+
+    # ------------------------------------------------------------------ other ops
+
+    def exists(self, key: BlockKey) -> bool:
+        return os.path.exists(self.path_of(key))
+
+    def delete(self, key: BlockKey) -> int:
+        path = self.path_of(key)
+        try:
+            size = os.stat(path).st_size
+            os.unlink(path)
+        except FileNotFoundError:
+            return 0
+        return size
+
+    def quarantine(self, key: BlockKey, reason: str) -> None:
+        path = self.path_of(key)
+        if self.config.on_corrupt == "delete":
+            _unlink_quiet(path)
+            return
+        bad = self.root / ".bad" / key.namespace
+        bad.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(path, bad / f"{key.hex}.{time.time_ns()}{SUFFIX}")
+        except FileNotFoundError:
+            pass
+
+    def scan(self) -> Iterator[tuple[BlockKey, int]]:
+        """Every block file (and sweep dead writers' ``.partial`` files on the way)."""
+        for ns in _subdirs(self._root):
+            if ns.name.startswith("."):
+                continue
+            for a in _subdirs(ns.path):
+                for b in _subdirs(a.path):
+                    for entry in os.scandir(b.path):
+                        name = entry.name
+                        if name.endswith(SUFFIX):
+                            try:
+                                key = BlockKey.from_hex(ns.name, name[: -len(SUFFIX)])
+                                yield key, entry.stat().st_size
+                            except (ValueError, OSError):
+                                continue
+                        elif name.endswith(PARTIAL):
+                            self._sweep_partial(entry)
+
+    def sweep_partials(self) -> int:
+        """Remove ``.partial`` files left by dead writers; return how many."""
+        count = 0
+        for ns in _subdirs(self._root):
+            if ns.name.startswith("."):
+                continue
+            for a in _subdirs(ns.path):
+                for b in _subdirs(a.path):
+                    for entry in os.scandir(b.path):
+                        if entry.name.endswith(PARTIAL):
+                            count += self._sweep_partial(entry)
+        return count
+
+    def _sweep_partial(self, entry: os.DirEntry[str]) -> int:
+        """Delete a partial whose writer is dead (same host) or that is stale (any host)."""
+        try:
+            tag = entry.name[: -len(PARTIAL)].rsplit(".", 1)[1]
+            host, pid, _ = tag.split("-")
+            alive = host == _HOST and _pid_alive(int(pid))
+            stale = time.time() - entry.stat().st_mtime > self.config.stale_partial_seconds
+            if alive and not stale:
+                return 0
+            os.unlink(entry.path)
+            return 1
+        except (ValueError, IndexError, OSError):
+            return 0
+
+    def describe_namespace(self, namespace: str, info: dict[str, object]) -> None:
+        path = self.root / namespace / "NAMESPACE.json"
+        if path.exists():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"NAMESPACE.json.{os.getpid()}{PARTIAL}")
+        tmp.write_text(json.dumps(info, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+
+    def probe(self) -> None:
+        probe_dir = self.root / ".probe"
+        name = probe_dir / f"{_HOST}-{os.getpid()}-{secrets.token_hex(4)}"
+        data = secrets.token_bytes(4096)
+        try:
+            probe_dir.mkdir(parents=True, exist_ok=True)
+            with open(name, "wb") as fh:
+                fh.write(data)
+            if name.read_bytes() != data:
+                raise TierUnavailableError(f"{self.root}: probe read back different bytes")
+        except OSError as exc:
+            raise TierUnavailableError(f"{self.root}: {exc.strerror or exc}") from exc
+        finally:
+            _unlink_quiet(str(name))
+        free = self.free_bytes()
+        if free is not None and free <= 0:
+            raise TierUnavailableError(
+                f"{self.root}: filesystem has less free space than reserve_free_gb={self.config.reserve_free_gb}"
+            )
+
+    def free_bytes(self) -> int:
+        """Free bytes usable by this tier: the filesystem's free space less ``reserve_free_gb``."""
+        st = os.statvfs(self._root)
+        return st.f_bavail * st.f_frsize - self._reserve
+
+
+def _pwritev_all(fd: int, bufs: list[Buffer], total: int) -> None:
+    written = os.pwritev(fd, bufs, 0)
+    if written == total:
+        return
+    # Rare short write (signals, odd filesystems): finish byte-accurately.
+    flat = memoryview(b"".join(bytes(b) for b in bufs))
+    while written < total:
+        n = os.pwrite(fd, flat[written:], written)
+        if n <= 0:
+            raise OSError(errno.EIO, "short write")
+        written += n
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink_quiet(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _subdirs(path: str) -> list[os.DirEntry[str]]:
+    try:
+        return [e for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []

@@ -1,0 +1,395 @@
+"""TieredCache: the engine-facing API over an ordered list of tiers (DESIGN §6).
+
+The API is batched and non-blocking: ``submit_put`` / ``submit_get_into`` return a job id
+at once, the work runs on each tier's I/O threads, and ``poll`` returns finished jobs.
+Blocking helpers (``put``, ``get``, ``exists``, ``contains_prefix``) wrap them. Nothing
+here raises into the engine for a storage problem: failures are misses (``False``).
+
+Buffers handed to ``submit_put`` / ``submit_get_into`` must stay alive and unchanged until
+the job is reported finished.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+import time
+from typing_extensions import Buffer as _Buffer
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from lifeboatcache_core import metrics
+from lifeboatcache_core.abc import BlockHint, KVLayout
+from lifeboatcache_core.config import LifeboatConfig, TierConfig, config_from_env
+from lifeboatcache_core.errors import InvalidKeyError
+from lifeboatcache_core.keys import BlockKey, Namespace, check_key
+from lifeboatcache_core.plugins import get_registry
+from lifeboatcache_core.registry import PluginRegistry
+from lifeboatcache_core.tier import Tier, layout_from_meta
+
+log = logging.getLogger("lifeboatcache")
+
+JobKind = Literal["put", "get"]
+_MONITOR_INTERVAL_S = 0.5
+
+
+@dataclass
+class JobResult:
+    """A finished job: ``ok[i]`` says whether block ``i`` was stored (put) or found (get)."""
+
+    job_id: int
+    kind: JobKind
+    ok: list[bool]
+
+    @property
+    def count(self) -> int:
+        return sum(self.ok)
+
+
+@dataclass
+class _Job:
+    job_id: int
+    kind: JobKind
+    ok: list[bool]
+    tasks: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def as_byte_view(buf: _Buffer) -> memoryview:
+    """A flat byte view of any C-contiguous buffer (bytes, bytearray, numpy, torch via numpy)."""
+    view = memoryview(buf)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
+
+
+class TieredCache:
+    """Ordered tiers with capacity, eviction, promotion, health and metrics."""
+
+    def __init__(self, config: LifeboatConfig | None = None, *, registry: PluginRegistry | None = None,
+                 seed: int = 0, background_index: bool = True) -> None:
+        self.config = config if config is not None else LifeboatConfig()
+        self.registry = registry or get_registry()
+        self.all_tiers: list[Tier] = [Tier(tc, self.registry, seed=seed) for tc in self.config.tiers]
+        self._digest_bytes: dict[str, int | None] = {}
+        self._namespaces: dict[str, dict[str, Any]] = {}
+        self._jobs: dict[int, _Job] = {}
+        self._finished: collections.deque[_Job] = collections.deque()
+        self._job_ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._background: set[Future[Any]] = set()
+        self._closed = threading.Event()
+        self._background_index = background_index
+        for tier in self.all_tiers:
+            if tier.open():
+                self._start_index(tier)
+        self._ensure_persistent_tier()
+        self._link_tiers()
+        self._monitor = threading.Thread(target=self._monitor_loop, name="lifeboat-health", daemon=True)
+        self._monitor.start()
+        metrics.track(self)
+
+    @classmethod
+    def from_env(cls) -> TieredCache:
+        """Open the cache from ``$LIFEBOAT_CACHE_CONFIG`` or the embedded defaults."""
+        return cls(config_from_env())
+
+    # ------------------------------------------------------------------ set-up
+
+    def _start_index(self, tier: Tier) -> None:
+        if tier.index_complete or tier.index_loading:
+            return
+        tier.index_loading = True
+        if self._background_index:
+            threading.Thread(target=tier.load_index, name=f"lifeboat-index-{tier.name}", daemon=True).start()
+        else:
+            tier.load_index()
+
+    def _ensure_persistent_tier(self) -> None:
+        """DESIGN §6: never silently memory-only. Add the local fallback tier if needed."""
+        fb = self.config.fallback_local
+        wanted_persistent = any(t.persistent for t in self.all_tiers)
+        if not wanted_persistent or not fb.enabled:
+            return
+        if any(t.persistent and t.up for t in self.all_tiers):
+            return
+        reasons = "; ".join(f"{t.name}: {t.reason}" for t in self.all_tiers if t.persistent and not t.up)
+        tc = TierConfig(name="fallback", backend="file", capacity_gb=fb.capacity_gb, path=str(fb.path))
+        tier = Tier(tc, self.registry)
+        if tier.open():
+            log.warning("no persistent tier is up (%s); using local fallback %s", reasons, fb.path)
+            self._start_index(tier)
+        else:
+            log.error("no persistent tier is up (%s) and the local fallback failed too: %s", reasons, tier.reason)
+        self.all_tiers.append(tier)
+
+    def _link_tiers(self) -> None:
+        for upper, lower in itertools.pairwise(self.all_tiers):
+            upper.lower = lower
+
+    @property
+    def tiers(self) -> list[Tier]:
+        """Tiers that are up now, top first."""
+        return [t for t in self.all_tiers if t.up]
+
+    def register_namespace(self, namespace: Namespace) -> str:
+        """Declare a namespace: keys in it must use its digest length; its source is stored."""
+        ns_id = namespace.id
+        self._digest_bytes[ns_id] = namespace.digest_bytes
+        self._namespaces[ns_id] = namespace.describe()
+        for tier in self.all_tiers:
+            describe = getattr(tier.backend, "describe_namespace", None)
+            if describe is not None and tier.up:
+                try:
+                    describe(ns_id, namespace.describe())
+                except OSError as exc:
+                    log.warning("tier %s: cannot store namespace description: %s", tier.name, exc)
+        return ns_id
+
+    def _valid(self, key: object) -> bool:
+        if not isinstance(key, BlockKey):
+            return False
+        try:
+            check_key(key, self._digest_bytes.get(key.namespace))
+        except InvalidKeyError as exc:
+            log.debug("rejected key: %s", exc)
+            return False
+        return True
+
+    # ------------------------------------------------------------------ jobs
+
+    def _new_job(self, kind: JobKind, n: int) -> _Job:
+        job = _Job(next(self._job_ids), kind, [False] * n)
+        with self._lock:
+            self._jobs[job.job_id] = job
+        return job
+
+    def _add_tasks(self, job: _Job, count: int) -> None:
+        with self._lock:
+            job.tasks += count
+
+    def _task_done(self, job: _Job) -> None:
+        with self._lock:
+            job.tasks -= 1
+            if job.tasks:
+                return
+            self._finished.append(job)
+        job.done.set()
+
+    def _finish_if_idle(self, job: _Job) -> None:
+        with self._lock:
+            if job.tasks:
+                return
+            self._finished.append(job)
+        job.done.set()
+
+    def _spread(self, job: _Job, tier: Tier, indices: list[int], work: Any) -> None:
+        """Run ``work(tier, slice)`` over ``indices`` in up to ``io_threads`` slices."""
+        if not indices:
+            return
+        n = min(len(indices), tier.io_threads)
+        slices = [indices[i::n] for i in range(n)]
+        self._add_tasks(job, len(slices))
+        for part in slices:
+            def run(part: list[int] = part) -> None:
+                try:
+                    work(tier, part)
+                except Exception:  # a bug must not hang the job: report its blocks as failed
+                    log.exception("tier %s: unexpected error in %s job %d", tier.name, job.kind, job.job_id)
+                finally:
+                    self._task_done(job)
+            try:
+                tier.pool.submit(run)
+            except RuntimeError:  # pool shut down (closing)
+                self._task_done(job)
+
+    def submit_put(self, keys: Sequence[BlockKey], buffers: Sequence[_Buffer], *,
+                   layout: KVLayout | None = None, hints: Sequence[BlockHint | None] | None = None) -> int:
+        """Store blocks; returns a job id. ``ok[i]`` is True once any tier holds block ``i``."""
+        if len(keys) != len(buffers):
+            raise ValueError(f"{len(keys)} keys but {len(buffers)} buffers")
+        job = self._new_job("put", len(keys))
+        views = [as_byte_view(b) for b in buffers]
+        valid = [i for i, k in enumerate(keys) if self._valid(k)]
+        up = self.tiers
+        targets = [t for j, t in enumerate(up) if j == 0 or t.write_mode == "through"]
+
+        def work(tier: Tier, part: list[int]) -> None:
+            for i in part:
+                if tier.store(keys[i], views[i], layout, hints[i] if hints else None):
+                    job.ok[i] = True
+
+        for tier in targets:
+            self._spread(job, tier, valid, work)
+        self._finish_if_idle(job)
+        return job.job_id
+
+    def submit_get_into(self, keys: Sequence[BlockKey], buffers: Sequence[_Buffer]) -> int:
+        """Read blocks into the caller's buffers; ``ok[i]`` True when ``buffers[i]`` holds block ``i``."""
+        if len(keys) != len(buffers):
+            raise ValueError(f"{len(keys)} keys but {len(buffers)} buffers")
+        job = self._new_job("get", len(keys))
+        views = [as_byte_view(b) for b in buffers]
+        up = self.tiers
+        groups: dict[int, list[int]] = {}
+        misses = [0] * len(up)
+        for i, key in enumerate(keys):
+            if not self._valid(key):
+                continue
+            for j, tier in enumerate(up):
+                if tier.may_have(key):
+                    groups.setdefault(j, []).append(i)
+                    break
+                misses[j] += 1
+        for j, count in enumerate(misses):
+            if count:
+                with up[j].lock:
+                    up[j].stats.misses += count
+
+        def work(tier: Tier, part: list[int]) -> None:
+            start = up.index(tier)
+            for i in part:
+                job.ok[i] = self._fetch_one(keys[i], views[i], up, start)
+
+        for j, indices in groups.items():
+            self._spread(job, up[j], indices, work)
+        self._finish_if_idle(job)
+        return job.job_id
+
+    def _fetch_one(self, key: BlockKey, dest: memoryview, up: list[Tier], start: int) -> bool:
+        for j in range(start, len(up)):
+            tier = up[j]
+            if not tier.may_have(key):
+                with tier.lock:
+                    tier.stats.misses += 1
+                continue
+            meta = tier.fetch(key, dest)
+            if meta is not None:
+                if j > 0 and self.config.promote:
+                    self._promote(key, bytes(dest), layout_from_meta(meta), up[:j])
+                return True
+            with tier.lock:
+                tier.stats.misses += 1
+        return False
+
+    def _promote(self, key: BlockKey, data: bytes, layout: KVLayout | None, uppers: list[Tier]) -> None:
+        for tier in uppers:
+            def run(tier: Tier = tier) -> None:
+                if tier.store(key, memoryview(data), layout, None):
+                    with tier.lock:
+                        tier.stats.promotions += 1
+            try:
+                fut = tier.pool.submit(run)
+            except RuntimeError:
+                return
+            with self._lock:
+                self._background.add(fut)
+            fut.add_done_callback(self._background_done)
+
+    def _background_done(self, fut: Future[Any]) -> None:
+        with self._lock:
+            self._background.discard(fut)
+
+    def poll(self) -> list[JobResult]:
+        """Jobs finished since the last poll (each reported once)."""
+        out = []
+        with self._lock:
+            while self._finished:
+                job = self._finished.popleft()
+                self._jobs.pop(job.job_id, None)
+                out.append(JobResult(job.job_id, job.kind, job.ok))
+        return out
+
+    def wait(self, job_id: int, timeout: float | None = None) -> JobResult:
+        """Block until ``job_id`` finishes and return it (it is not reported by ``poll`` again)."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is None:
+            raise KeyError(f"unknown or already reported job {job_id}")
+        if not job.done.wait(timeout):
+            raise TimeoutError(f"job {job_id} not finished after {timeout}s")
+        with self._lock:
+            self._jobs.pop(job_id, None)
+            try:
+                self._finished.remove(job)
+            except ValueError:
+                pass
+        return JobResult(job.job_id, job.kind, job.ok)
+
+    # ------------------------------------------------------------------ blocking helpers
+
+    def put(self, keys: Sequence[BlockKey], buffers: Sequence[_Buffer], *,
+            layout: KVLayout | None = None, hints: Sequence[BlockHint | None] | None = None) -> list[bool]:
+        return self.wait(self.submit_put(keys, buffers, layout=layout, hints=hints)).ok
+
+    def get(self, keys: Sequence[BlockKey], buffers: Sequence[_Buffer]) -> list[bool]:
+        return self.wait(self.submit_get_into(keys, buffers)).ok
+
+    def exists(self, keys: Sequence[BlockKey]) -> list[bool]:
+        """Presence by index (no I/O once indexes are loaded); never verifies bytes."""
+        up = self.tiers
+        return [self._valid(k) and any(t.has(k) for t in up) for k in keys]
+
+    def contains_prefix(self, keys: Sequence[BlockKey]) -> int:
+        """How many leading ``keys`` are present (a miss ends the prefix)."""
+        up = self.tiers
+        n = 0
+        for key in keys:
+            if not (self._valid(key) and any(t.has(key) for t in up)):
+                break
+            n += 1
+        return n
+
+    def drain(self, timeout: float | None = 30.0) -> None:
+        """Wait for background work (promotions) to finish: for tests and clean shutdown."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                pending = list(self._background)
+            if not pending:
+                return
+            for fut in pending:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                fut.result(remaining)
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        """Wait until every up tier's index is loaded; return whether they all are."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(t.index_complete for t in self.tiers):
+                return True
+            time.sleep(0.01)
+        return False
+
+    # ------------------------------------------------------------------ health, stats
+
+    def _monitor_loop(self) -> None:
+        while not self._closed.wait(_MONITOR_INTERVAL_S):
+            now = time.monotonic()
+            for tier in self.all_tiers:
+                if not tier.up and now >= tier.next_probe and tier.open():
+                    self._start_index(tier)
+
+    def health(self) -> list[dict[str, Any]]:
+        return [t.health() for t in self.all_tiers]
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        return {t.name: t.snapshot() for t in self.all_tiers}
+
+    def close(self) -> None:
+        """Finish queued work and release tiers. Idempotent."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        for tier in self.all_tiers:
+            tier.close()
+
+    def __enter__(self) -> TieredCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

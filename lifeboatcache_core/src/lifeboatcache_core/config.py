@@ -1,0 +1,225 @@
+"""Configuration: pydantic models that reject unknown keys and list the valid ones.
+
+A config is TOML or YAML (or a dict). Tier entries name their backend, codec and policy by
+registered name; the backend's own options sit flat in the tier table and are validated
+against that backend's config model, so a typo in ``path`` is caught at config time.
+
+    [[tiers]]
+    name = "nvme"
+    backend = "file"
+    path = "/var/cache/lifeboat"
+    capacity_gb = 200
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from lifeboatcache_core.abc import PluginConfig
+from lifeboatcache_core.errors import ConfigError, LifeboatError
+from lifeboatcache_core.registry import Kind
+
+ENV_CONFIG = "LIFEBOAT_CACHE_CONFIG"
+GB = 1024**3
+
+
+def default_cache_dir() -> Path:
+    """Where tiers live unless configured: the user's cache dir (XDG on Linux)."""
+    return Path(platformdirs.user_cache_dir("lifeboatcache"))
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _validate_plugin_options(kind: Kind, name: str, options: dict[str, Any], where: str) -> PluginConfig:
+    from lifeboatcache_core.plugins import get_registry
+
+    try:
+        model = get_registry().config_model(kind, name)
+    except LifeboatError as exc:
+        raise ValueError(str(exc)) from None
+    try:
+        return model.model_validate(options)
+    except ValidationError as exc:
+        raise ValueError(f"{where}: {format_validation_error(exc, model, prefix='')}") from None
+
+
+class TierConfig(BaseModel):
+    """One tier. Keys not listed here are the backend's own options."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str | None = None
+    backend: str
+    capacity_gb: float = Field(gt=0)
+    codec: str = "none"
+    codec_options: dict[str, Any] = Field(default_factory=dict)
+    policy: str = "lru"
+    policy_options: dict[str, Any] = Field(default_factory=dict)
+    write: Literal["through", "back"] = "through"
+    io_threads: int = Field(default=4, ge=1, le=256)
+    unhealthy_after: int = Field(default=5, ge=1)
+    reprobe_seconds: float = Field(default=5.0, gt=0)
+
+    _backend_options: PluginConfig | None = PrivateAttr(default=None)
+    _codec_options: PluginConfig | None = PrivateAttr(default=None)
+    _policy_options: PluginConfig | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _check_plugins(self) -> TierConfig:
+        self._backend_options = _validate_plugin_options(
+            "backend", self.backend, dict(self.model_extra or {}), f"backend {self.backend!r}"
+        )
+        self._codec_options = _validate_plugin_options("codec", self.codec, self.codec_options, "codec_options")
+        self._policy_options = _validate_plugin_options("policy", self.policy, self.policy_options, "policy_options")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or self.backend
+
+    @property
+    def capacity_bytes(self) -> int:
+        return int(self.capacity_gb * GB)
+
+    @property
+    def backend_options(self) -> PluginConfig:
+        assert self._backend_options is not None
+        return self._backend_options
+
+    @property
+    def codec_config(self) -> PluginConfig:
+        assert self._codec_options is not None
+        return self._codec_options
+
+    @property
+    def policy_config(self) -> PluginConfig:
+        assert self._policy_options is not None
+        return self._policy_options
+
+
+class FallbackConfig(StrictModel):
+    """The local file tier used when no persistent tier passes its probe (DESIGN §6)."""
+
+    path: Path = Field(default_factory=lambda: default_cache_dir() / "fallback")
+    capacity_gb: float = Field(default=10.0, gt=0)
+    enabled: bool = True
+
+
+class EngineConfig(StrictModel):
+    """How engine adapters behave; read by adapters, not by the core."""
+
+    on_error: Literal["serve", "fail"] = "serve"
+    native_block_tokens: int | Literal["auto"] = "auto"
+    native_cpu_gb: float | None = Field(default=None, gt=0)
+    vllm_mode: Literal["native", "lmcache"] = "native"
+
+
+def _default_tiers() -> list[TierConfig]:
+    return [
+        TierConfig(name="dram", backend="dram", capacity_gb=2),
+        TierConfig(name="nvme", backend="file", capacity_gb=50, path=str(default_cache_dir() / "tier")),
+    ]
+
+
+class LifeboatConfig(StrictModel):
+    """The whole configuration."""
+
+    tiers: list[TierConfig] = Field(default_factory=_default_tiers, min_length=1)
+    promote: bool = True
+    fallback_local: FallbackConfig = Field(default_factory=FallbackConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> LifeboatConfig:
+        labels = [t.label for t in self.tiers]
+        dupes = sorted({n for n in labels if labels.count(n) > 1})
+        if dupes:
+            raise ValueError(f"tier names must be unique; give each tier a distinct `name` (repeated: {', '.join(dupes)})")
+        return self
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _valid_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
+    """Field names of the model found by walking ``loc`` (the parent of the bad key)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return None
+        current = field.annotation
+        args = getattr(current, "__args__", None)
+        if args:  # list[Model] / Model | None
+            current = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), current)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return sorted(current.model_fields)
+    return None
+
+
+def format_validation_error(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> str:
+    """One line per problem: ``key.path: reason``; unknown keys list the valid ones."""
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            valid = _valid_keys(model, loc[:-1])
+            msg = f"{prefix}{where}: unknown key" + (f"; valid keys: {', '.join(valid)}" if valid else "")
+        elif err["type"] == "missing":
+            msg = f"{prefix}{where}: required key is missing"
+        else:
+            reason = err["msg"].removeprefix("Value error, ")
+            msg = f"{prefix}{where}: {reason}" if loc else f"{prefix}{reason}"
+        lines.append(msg)
+    return "; ".join(lines)
+
+
+def parse_text(text: str, fmt: Literal["toml", "yaml"]) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(text) if fmt == "toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"not valid {fmt.upper()}: {exc}".replace("\n", " ")) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"the top level of a config must be a table/mapping, got {type(data).__name__}")
+    return data
+
+
+def load_config_dict(data: dict[str, Any]) -> LifeboatConfig:
+    """Validate a config mapping; raise ``ConfigError`` with a one-line reason naming the key."""
+    try:
+        return LifeboatConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, LifeboatConfig)) from None
+
+
+def load_config(path: str | os.PathLike[str]) -> LifeboatConfig:
+    """Load a TOML (``.toml``) or YAML (``.yaml``/``.yml``) config file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {p}: {exc.strerror or exc}") from None
+    fmt: Literal["toml", "yaml"] = "yaml" if p.suffix in (".yaml", ".yml") else "toml"
+    return load_config_dict(parse_text(text, fmt))
+
+
+def config_from_env() -> LifeboatConfig:
+    """``$LIFEBOAT_CACHE_CONFIG`` if set, else the embedded defaults."""
+    path = os.environ.get(ENV_CONFIG)
+    return load_config(path) if path else LifeboatConfig()

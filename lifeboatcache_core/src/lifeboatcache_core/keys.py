@@ -1,0 +1,106 @@
+"""Block keys and namespaces (DESIGN §4).
+
+A ``BlockKey`` is the engine's own block hash (``digest``) inside a ``namespace``: a short
+stable id of everything that makes KV bytes non-interchangeable. Two engines that agree on
+the namespace can share blocks; anything that differs (weights, dtype, layout, rank, ...)
+gives a different namespace, so stale or foreign KV can never be served.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import xxhash
+
+from lifeboatcache_core.errors import InvalidKeyError
+
+MAX_DIGEST_BYTES = 64
+_NAMESPACE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class BlockKey:
+    """One stored block: ``digest`` (the engine's block hash) within ``namespace`` (an id)."""
+
+    namespace: str
+    digest: bytes
+
+    def __post_init__(self) -> None:
+        check_key(self)
+
+    @property
+    def hex(self) -> str:
+        return self.digest.hex()
+
+    @classmethod
+    def from_hex(cls, namespace: str, digest_hex: str) -> BlockKey:
+        try:
+            return cls(namespace, bytes.fromhex(digest_hex))
+        except ValueError as exc:
+            raise InvalidKeyError(f"digest {digest_hex!r} is not hex") from exc
+
+
+def check_key(key: BlockKey, digest_bytes: int | None = None) -> None:
+    """Raise ``InvalidKeyError`` unless ``key`` is safe to use as a path and of the right size.
+
+    The namespace becomes a directory name and the digest a file name, so both are checked
+    here, once, instead of in every backend.
+    """
+    if not isinstance(key.namespace, str) or not _NAMESPACE_ID.match(key.namespace):
+        raise InvalidKeyError(
+            f"namespace {key.namespace!r} must be 1-64 characters of [A-Za-z0-9_.-]"
+        )
+    if key.namespace in (".", ".."):
+        raise InvalidKeyError(f"namespace {key.namespace!r} is not a valid directory name")
+    if not isinstance(key.digest, bytes) or not 1 <= len(key.digest) <= MAX_DIGEST_BYTES:
+        raise InvalidKeyError(
+            f"digest must be 1-{MAX_DIGEST_BYTES} bytes, got {type(key.digest).__name__} "
+            f"of length {len(key.digest) if isinstance(key.digest, bytes) else '?'}"
+        )
+    if digest_bytes is not None and len(key.digest) != digest_bytes:
+        raise InvalidKeyError(
+            f"namespace {key.namespace!r} uses {digest_bytes}-byte digests, got {len(key.digest)}"
+        )
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """Everything that makes stored KV bytes non-interchangeable.
+
+    ``weights_fingerprint`` matters most: engines omit it and silently reuse stale KV after a
+    checkpoint swap. ``digest_bytes`` is the length of the engine's block hash, so a key of
+    the wrong length is rejected rather than stored under a wrong path.
+    """
+
+    engine: str
+    model: str
+    weights_fingerprint: str = ""
+    kv_format: str = "1"
+    dtype: str = ""
+    layout: str = ""
+    block_tokens: int = 0
+    rank: int = 0
+    world_size: int = 1
+    platform: str = ""
+    digest_bytes: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        """The human-readable source of the id, stored once beside the blocks."""
+        return asdict(self)
+
+    def canonical(self) -> bytes:
+        return json.dumps(self.describe(), sort_keys=True, separators=(",", ":")).encode()
+
+    @property
+    def id(self) -> str:
+        """16 hex characters: stable across processes, Python versions and machines."""
+        return xxhash.xxh3_64_hexdigest(self.canonical())
+
+    def key(self, digest: bytes) -> BlockKey:
+        key = BlockKey(self.id, digest)
+        check_key(key, self.digest_bytes)
+        return key

@@ -1,0 +1,393 @@
+"""One tier: a backend, its codec and eviction policy, an in-memory index and its health.
+
+The index (key -> stored bytes) is the hot path: lookups never touch storage, capacity is
+enforced against it on every put (victims are chosen and removed *before* the new block is
+written), and it is rebuilt from the backend on open while the tier already serves.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from lifeboatcache_core.abc import Backend, BlockHint, Codec, EvictionPolicy, KVLayout
+from lifeboatcache_core.chunkfile import BlockMeta
+from lifeboatcache_core.errors import CorruptBlockError, LifeboatError
+from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.metrics import TierStats
+
+if TYPE_CHECKING:
+    from lifeboatcache_core.config import TierConfig
+    from lifeboatcache_core.registry import PluginRegistry
+
+log = logging.getLogger("lifeboatcache")
+
+#: bytes a stored block may take beyond its payload (header + meta + trailer, O_DIRECT padded)
+BLOCK_OVERHEAD = 4096 + 64
+MAX_BACKOFF_S = 60.0
+_SCAN_BATCH = 4096
+
+
+class IncompatibleBlockError(LifeboatError):
+    """A valid block this process cannot decode (other codec version, other size)."""
+
+
+def layout_from_meta(meta: BlockMeta) -> KVLayout | None:
+    if meta.dtype is None or meta.shape is None or meta.axes is None:
+        return None
+    return KVLayout(meta.dtype, tuple(meta.shape), tuple(meta.axes))
+
+
+class Tier:
+    """A configured tier. All methods are thread-safe; I/O happens outside ``lock``."""
+
+    def __init__(self, cfg: TierConfig, registry: PluginRegistry, *, seed: int = 0) -> None:
+        self.cfg = cfg
+        self.name = cfg.label
+        self.backend_name = cfg.backend
+        self.capacity = cfg.capacity_bytes
+        self.write_mode = cfg.write
+        self.registry = registry
+        self._backend_cls: type[Backend] = registry.load("backend", cfg.backend)
+        self.persistent = self._backend_cls.persistent
+        self.codec: Codec = registry.load("codec", cfg.codec)(cfg.codec_config)
+        self.policy: EvictionPolicy = registry.load("policy", cfg.policy)(cfg.policy_config, seed=seed)
+        self.backend: Backend | None = None
+        self.pool = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix=f"lifeboat-{self.name}")
+        self.io_threads = cfg.io_threads
+        self.lock = threading.Lock()
+        self.index: dict[BlockKey, int] = {}
+        self.used = 0
+        self.reserved = 0
+        self.stats = TierStats()
+        self.up = False
+        self.reason = "not opened"
+        self.index_complete = False
+        self.index_loading = False
+        self.consecutive_errors = 0
+        self.next_probe = 0.0
+        self.backoff = cfg.reprobe_seconds
+        self.lower: Tier | None = None  # next tier down, for write-back demotion
+        self._codecs: dict[str, Codec] = {self.codec.tag: self.codec}
+        self._identity = bool(getattr(self.codec, "identity", False))
+
+    # ------------------------------------------------------------------ health
+
+    def open(self) -> bool:
+        """Create the backend if needed and run its write probe; return whether the tier is up."""
+        try:
+            if self.backend is None:
+                self.backend = self._backend_cls(self.cfg.backend_options, tier=self.name)
+            self.backend.probe()
+        except Exception as exc:  # any failure to open is a reason, never a crash
+            self.mark_down(_reason(exc))
+            return False
+        with self.lock:
+            was_up, self.up, self.reason = self.up, True, ""
+            self.consecutive_errors = 0
+            self.backoff = self.cfg.reprobe_seconds
+        if not was_up:
+            log.info("tier %s (%s) is up", self.name, self.backend_name)
+        return True
+
+    def mark_down(self, reason: str) -> None:
+        with self.lock:
+            was_up, changed = self.up, reason != self.reason
+            self.up, self.reason = False, reason
+            self.next_probe = time.monotonic() + self.backoff
+            self.backoff = min(self.backoff * 2, MAX_BACKOFF_S)
+        if was_up or changed:
+            log.warning("tier %s (%s) skipped: %s", self.name, self.backend_name, reason)
+
+    def _io_error(self, exc: BaseException) -> None:
+        with self.lock:
+            self.stats.errors += 1
+            self.consecutive_errors += 1
+            failing = self.consecutive_errors >= self.cfg.unhealthy_after
+        if failing and self.up:
+            self.mark_down(f"{self.consecutive_errors} consecutive errors, last: {_reason(exc)}")
+
+    def _io_ok(self) -> None:
+        if self.consecutive_errors:
+            with self.lock:
+                self.consecutive_errors = 0
+
+    # ------------------------------------------------------------------ index
+
+    def load_index(self) -> None:
+        """Fill the index from the backend; the tier serves (by direct reads) meanwhile."""
+        assert self.backend is not None
+        batch: list[tuple[BlockKey, int]] = []
+        try:
+            for item in self.backend.scan():
+                batch.append(item)
+                if len(batch) >= _SCAN_BATCH:
+                    self._add_scanned(batch)
+                    batch = []
+            self._add_scanned(batch)
+        except Exception as exc:
+            log.warning("tier %s: index scan failed: %s", self.name, _reason(exc))
+            self._io_error(exc)
+            return
+        finally:
+            self.index_loading = False
+        self.index_complete = True
+        self._evict_over_capacity()
+        log.info("tier %s: index loaded, %d blocks, %d bytes", self.name, len(self.index), self.used)
+
+    def _add_scanned(self, batch: list[tuple[BlockKey, int]]) -> None:
+        with self.lock:
+            for key, size in batch:
+                if key not in self.index:
+                    self.index[key] = size
+                    self.used += size
+                    self.policy.insert(key, size, None)
+
+    def _evict_over_capacity(self) -> None:
+        victims: list[tuple[BlockKey, int]] = []
+        with self.lock:
+            while self.used > self.capacity:
+                victim = self.policy.victim(None)
+                if victim is None:
+                    break
+                victims.append((victim, self._forget(victim)))
+        self._drop(victims)
+
+    def may_have(self, key: BlockKey) -> bool:
+        return self.up and (key in self.index or not self.index_complete)
+
+    def has(self, key: BlockKey) -> bool:
+        """Index lookup, or a backend check while the index is still loading."""
+        if not self.up:
+            return False
+        if key in self.index:
+            return True
+        if self.index_complete or self.backend is None:
+            return False
+        try:
+            return self.backend.exists(key)
+        except OSError:
+            return False
+
+    def _forget(self, key: BlockKey) -> int:
+        """Remove ``key`` from index and policy (caller holds ``lock``); return its size."""
+        size = self.index.pop(key, 0)
+        self.used -= size
+        self.policy.remove(key)
+        return size
+
+    # ------------------------------------------------------------------ put
+
+    def store(self, key: BlockKey, raw: memoryview, layout: KVLayout | None, hint: BlockHint | None) -> bool:
+        """Encode and store one block; False (never an exception) when it could not be stored."""
+        backend = self.backend
+        if not self.up or backend is None:
+            return False
+        if key in self.index:  # content-addressed: same key, same bytes
+            with self.lock:
+                self.policy.touch(key)
+            return True
+        try:
+            pieces, params = self.codec.encode(raw, layout)
+        except Exception as exc:
+            log.warning("tier %s: codec %s failed to encode: %s", self.name, self.codec.tag, exc)
+            with self.lock:
+                self.stats.errors += 1
+            return False
+        payload_len = sum(memoryview(p).nbytes for p in pieces)
+        estimate = payload_len + BLOCK_OVERHEAD
+        victims = self._reserve(key, estimate, backend)
+        if victims is None:
+            return False
+        self._drop(victims)
+        meta = BlockMeta.new(key, raw.nbytes, codec=self.codec.tag, codec_params=params,
+                             tag=hint.tag if hint else None)
+        if layout is not None:
+            meta.dtype, meta.shape, meta.axes = layout.dtype, list(layout.shape), list(layout.axes)
+        try:
+            stored = backend.put(key, pieces, meta)
+        except Exception as exc:
+            with self.lock:
+                self.reserved -= estimate
+            self._io_error(exc)
+            return False
+        with self.lock:
+            self.reserved -= estimate
+            old = self.index.get(key)
+            if old is not None:
+                self.used -= old
+            self.index[key] = stored
+            self.used += stored
+            self.policy.insert(key, stored, hint)
+            self.stats.puts += 1
+            self.stats.bytes_written += stored
+        self._io_ok()
+        return True
+
+    def _reserve(self, key: BlockKey, estimate: int, backend: Backend) -> list[tuple[BlockKey, int]] | None:
+        """Pick victims so that ``estimate`` more bytes fit; reserve them. None: cannot fit."""
+        if estimate > self.capacity:
+            return None
+        try:
+            fs_free = backend.free_bytes()
+        except OSError:
+            fs_free = None
+        fs_deficit = 0 if fs_free is None else max(0, estimate - fs_free)
+        victims: list[tuple[BlockKey, int]] = []
+        freed = 0
+        with self.lock:
+            while self.used + self.reserved + estimate > self.capacity or freed < fs_deficit:
+                victim = self.policy.victim(key)
+                if victim is None:
+                    break
+                size = self._forget(victim)
+                freed += size
+                victims.append((victim, size))
+                self.stats.evictions += 1
+            # Still short: the rest of the tier is reserved by in-flight writes.
+            fits = self.used + self.reserved + estimate <= self.capacity and freed >= fs_deficit
+            if fits:
+                self.reserved += estimate
+        if not fits:
+            self._drop(victims)
+            return None
+        return victims
+
+    def _drop(self, victims: list[tuple[BlockKey, int]]) -> None:
+        """Delete evicted blocks, demoting them first to a write-back tier below."""
+        backend = self.backend
+        if not victims or backend is None:
+            return
+        lower = self.lower
+        for key, _size in victims:
+            if lower is not None and lower.write_mode == "back" and lower.up:
+                self._demote(key, lower)
+            try:
+                backend.delete(key)
+            except OSError as exc:
+                self._io_error(exc)
+
+    def _demote(self, key: BlockKey, lower: Tier) -> None:
+        assert self.backend is not None
+        try:
+            meta, payload = self.backend.read(key)
+            raw = bytearray(meta.raw_len)
+            self._codec_for(meta.codec).decode(payload, meta.codec_params, layout_from_meta(meta), memoryview(raw))
+        except (KeyError, OSError, LifeboatError, ValueError):
+            return
+        lower.store(key, memoryview(raw), layout_from_meta(meta), None)
+
+    # ------------------------------------------------------------------ get
+
+    def fetch(self, key: BlockKey, dest: memoryview) -> BlockMeta | None:
+        """Read, verify and decode ``key`` into ``dest``; None (a miss) on any failure."""
+        backend = self.backend
+        if not self.up or backend is None:
+            return None
+        stored = self.index.get(key)
+        if stored is None and self.index_complete:
+            return None
+        try:
+            meta, payload = backend.read(key, dest if self._identity else None)
+            if meta.raw_len != dest.nbytes:
+                raise IncompatibleBlockError(f"block holds {meta.raw_len} bytes, caller expects {dest.nbytes}")
+            codec = self._codec_for(meta.codec)
+            direct = payload.obj is dest.obj
+            if not (direct and getattr(codec, "identity", False)):
+                if direct:
+                    payload = memoryview(bytes(payload))
+                try:
+                    codec.decode(payload, meta.codec_params, layout_from_meta(meta), dest)
+                except CorruptBlockError:
+                    raise
+                except Exception as exc:
+                    raise CorruptBlockError(f"codec {meta.codec} rejected the payload: {exc}") from exc
+        except KeyError:
+            with self.lock:
+                if key in self.index:
+                    self._forget(key)
+            return None
+        except CorruptBlockError as exc:
+            self._corrupt(key, exc.reason)
+            return None
+        except IncompatibleBlockError as exc:
+            with self.lock:
+                self.stats.incompatible_blocks += 1
+            log.debug("tier %s: %s: %s", self.name, key.hex[:16], exc)
+            return None
+        except OSError as exc:
+            self._io_error(exc)
+            return None
+        with self.lock:
+            if key not in self.index:  # found while the index was still loading
+                size = stored or payload.nbytes
+                self.index[key] = size
+                self.used += size
+                self.policy.insert(key, size, None)
+            self.policy.touch(key)
+            self.stats.hits += 1
+            self.stats.bytes_read += self.index.get(key, 0)
+        self._io_ok()
+        return meta
+
+    def _corrupt(self, key: BlockKey, reason: str) -> None:
+        with self.lock:
+            self.stats.corrupt_blocks += 1
+            self._forget(key)
+        log.warning("tier %s: corrupt block %s… (%s): set aside, served as a miss", self.name, key.hex[:16], reason)
+        try:
+            assert self.backend is not None
+            self.backend.quarantine(key, reason)
+        except OSError:
+            pass
+
+    def _codec_for(self, tag: str) -> Codec:
+        codec = self._codecs.get(tag)
+        if codec is not None:
+            return codec
+        name, _, version = tag.partition("@")
+        try:
+            cls = self.registry.load("codec", name)
+        except LifeboatError as exc:
+            raise IncompatibleBlockError(f"block written by codec {tag}, which is not available: {exc}") from exc
+        if str(cls.version) != version:
+            raise IncompatibleBlockError(f"block written by codec {tag}; installed is {name}@{cls.version}")
+        codec = cls()
+        self._codecs[tag] = codec
+        return codec
+
+    # ------------------------------------------------------------------ misc
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            out: dict[str, Any] = self.stats.as_dict()
+            out.update(blocks=len(self.index), bytes_used=self.used, capacity_bytes=self.capacity)
+        return out
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "tier": self.name,
+            "backend": self.backend_name,
+            "up": self.up,
+            "reason": self.reason,
+            "persistent": self.persistent,
+            "index_complete": self.index_complete,
+        }
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        if self.backend is not None:
+            try:
+                self.backend.close()
+            except Exception as exc:
+                log.warning("tier %s: close failed: %s", self.name, exc)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return str(exc) or type(exc).__name__
