@@ -16,11 +16,12 @@ import itertools
 import logging
 import threading
 import time
-from typing_extensions import Buffer as _Buffer
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from typing_extensions import Buffer as _Buffer
 
 from lifeboatcache_core import metrics
 from lifeboatcache_core.abc import BlockHint, KVLayout

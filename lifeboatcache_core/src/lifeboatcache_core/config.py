@@ -143,7 +143,9 @@ class LifeboatConfig(StrictModel):
         labels = [t.label for t in self.tiers]
         dupes = sorted({n for n in labels if labels.count(n) > 1})
         if dupes:
-            raise ValueError(f"tier names must be unique; give each tier a distinct `name` (repeated: {', '.join(dupes)})")
+            raise ValueError(
+                f"tier names must be unique; give each tier a distinct `name` (repeated: {', '.join(dupes)})"
+            )
         return self
 
 

@@ -12,8 +12,8 @@ import importlib
 import logging
 import os
 import threading
-from importlib.metadata import entry_points
 from collections.abc import Callable
+from importlib.metadata import entry_points
 
 import pluggy
 

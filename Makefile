@@ -1,0 +1,37 @@
+# lifeboatcache: every target installs what it needs from a clean clone.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# Every package of the repository (DESIGN §2); new plugin packages are picked up automatically.
+MEMBERS := lifeboatcache_core $(patsubst %/pyproject.toml,%,$(wildcard backends/*/pyproject.toml codecs/*/pyproject.toml policies/*/pyproject.toml adapters/*/pyproject.toml)) .
+STAMP := $(VENV)/.setup-stamp
+SETUP_INPUTS := Makefile pyproject.toml lifeboatcache_core/pyproject.toml $(wildcard */*/pyproject.toml) $(wildcard .ci/setup.d/*.sh) requirements-test.txt
+
+.PHONY: setup demo test test-fast bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): $(SETUP_INPUTS)
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	for script in $(sort $(wildcard .ci/setup.d/*.sh)); do VENV=$(VENV) bash $$script || exit 1; done
+	$(PIP) install -q -r requirements-test.txt $(foreach m,$(MEMBERS),-e $(m))
+	touch $(STAMP)
+
+demo: setup
+	$(PY) -m lifeboatcache demo
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+bench: setup
+	$(PY) -m lifeboatcache bench tiers
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,3 @@
+from lifeboatcache.cli import main
+
+main()

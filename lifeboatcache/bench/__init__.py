@@ -1,0 +1,1 @@
+"""``lifeboatcache bench …``: one module per benchmark, each with ``register(app)``."""
