@@ -5,7 +5,8 @@ PIP := $(PY) -m pip
 # Every package of the repository (DESIGN §2); new plugin packages are picked up automatically.
 MEMBERS := lifeboatcache_core $(patsubst %/pyproject.toml,%,$(wildcard backends/*/pyproject.toml codecs/*/pyproject.toml policies/*/pyproject.toml adapters/*/pyproject.toml)) .
 STAMP := $(VENV)/.setup-stamp
-SETUP_INPUTS := Makefile pyproject.toml lifeboatcache_core/pyproject.toml $(wildcard */*/pyproject.toml) $(wildcard .ci/setup.d/*.sh) requirements-test.txt
+TEST_REQS := requirements-test.txt $(wildcard */*/requirements-test.txt)
+SETUP_INPUTS := Makefile pyproject.toml lifeboatcache_core/pyproject.toml $(wildcard */*/pyproject.toml) $(wildcard .ci/setup.d/*.sh) $(TEST_REQS)
 
 .PHONY: setup demo test test-fast bench lint clean
 
@@ -15,7 +16,7 @@ $(STAMP): $(SETUP_INPUTS)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
 	for script in $(sort $(wildcard .ci/setup.d/*.sh)); do VENV=$(VENV) bash $$script || exit 1; done
-	$(PIP) install -q -r requirements-test.txt $(foreach m,$(MEMBERS),-e $(m))
+	$(PIP) install -q $(foreach r,$(TEST_REQS),-r $(r)) $(foreach m,$(MEMBERS),-e $(m))
 	touch $(STAMP)
 
 demo: setup
