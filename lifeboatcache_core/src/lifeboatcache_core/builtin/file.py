@@ -212,7 +212,7 @@ class FileBackend(Backend):
         buf = self._scratch.get(padded)
         view = memoryview(buf)
         try:
-            got = os.preadv(fd, [view[:padded]])
+            got = os.preadv(fd, [view[:padded]], 0)
             if got != size:
                 raise CorruptBlockError(f"short read ({got} of {size} bytes)")
             hdr = parse_header(view[:min(size, max(HEAD_READ, parse_fixed(view[:24])[0]))], size, key)

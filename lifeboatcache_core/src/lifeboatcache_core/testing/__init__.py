@@ -1,0 +1,28 @@
+"""Contract tests every plugin package reuses (DESIGN §8), like fsspec's abstract test suite.
+
+    from lifeboatcache_core.testing import BackendContract
+
+    class TestMyBackend(BackendContract):
+        def make_backend(self, tmp_path):
+            return MyBackend(MyConfig(...), tier="t")
+
+Import requires pytest and hypothesis (``pip install 'lifeboatcache-core[testing]'``).
+"""
+
+from lifeboatcache_core.testing.contracts import (
+    BackendContract,
+    CodecContract,
+    CorruptionContract,
+    PolicyContract,
+    random_kv,
+)
+from lifeboatcache_core.testing.statemachine import backend_state_machine
+
+__all__ = [
+    "BackendContract",
+    "CodecContract",
+    "CorruptionContract",
+    "PolicyContract",
+    "backend_state_machine",
+    "random_kv",
+]

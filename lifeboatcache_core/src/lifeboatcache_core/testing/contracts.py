@@ -1,0 +1,435 @@
+"""Pytest base classes: subclass one per implementation and provide its factory."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lifeboatcache_core.abc import Backend, Codec, EvictionPolicy, KVLayout
+from lifeboatcache_core.chunkfile import BlockMeta
+from lifeboatcache_core.errors import CorruptBlockError
+from lifeboatcache_core.keys import BlockKey
+
+
+def key(i: int, namespace: str = "contract") -> BlockKey:
+    """A deterministic 32-byte key."""
+    return BlockKey(namespace, i.to_bytes(4, "big") * 8)
+
+
+def meta_for(k: BlockKey, raw_len: int) -> BlockMeta:
+    return BlockMeta.new(k, raw_len)
+
+
+# ============================================================================ backends
+
+
+class BackendContract:
+    """Behaviour every Backend must have. Implement ``make_backend``.
+
+    ``make_backend(tmp_path)`` is called again with the same ``tmp_path`` to test that a
+    persistent backend sees earlier blocks (a restart).
+    """
+
+    def make_backend(self, tmp_path: Path) -> Backend:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> Iterator[Backend]:
+        b = self.make_backend(tmp_path)
+        yield b
+        b.close()
+
+    def _put(self, b: Backend, k: BlockKey, data: bytes) -> int:
+        return b.put(k, [data], meta_for(k, len(data)))
+
+    def test_round_trip(self, backend: Backend) -> None:
+        data = os.urandom(10_000)
+        stored = self._put(backend, key(1), data)
+        assert stored >= len(data)
+        meta, payload = backend.read(key(1))
+        assert bytes(payload) == data
+        assert meta.key == key(1).hex and meta.namespace == key(1).namespace and meta.raw_len == len(data)
+
+    def test_read_into_caller_buffer(self, backend: Backend) -> None:
+        data = os.urandom(8192)
+        self._put(backend, key(2), data)
+        dest = memoryview(bytearray(len(data)))
+        _, payload = backend.read(key(2), dest)
+        assert bytes(payload) == data
+        assert bytes(dest) == data, "a dest of the payload's size must receive the payload"
+
+    def test_multi_piece_payload(self, backend: Backend) -> None:
+        pieces = [os.urandom(100), b"", os.urandom(5000), bytearray(os.urandom(7))]
+        k = key(3)
+        backend.put(k, pieces, meta_for(k, sum(len(p) for p in pieces)))
+        assert bytes(backend.read(k)[1]) == b"".join(pieces)
+
+    def test_large_block(self, backend: Backend) -> None:
+        data = os.urandom(2 * 1024 * 1024)
+        self._put(backend, key(4), data)
+        assert bytes(backend.read(key(4))[1]) == data
+
+    def test_empty_payload(self, backend: Backend) -> None:
+        self._put(backend, key(5), b"")
+        assert bytes(backend.read(key(5))[1]) == b""
+
+    def test_missing_is_keyerror(self, backend: Backend) -> None:
+        with pytest.raises(KeyError):
+            backend.read(key(99))
+        assert not backend.exists(key(99))
+
+    def test_exists_and_delete(self, backend: Backend) -> None:
+        self._put(backend, key(6), b"x" * 100)
+        assert backend.exists(key(6))
+        assert backend.delete(key(6)) > 0
+        assert not backend.exists(key(6))
+        assert backend.delete(key(6)) == 0
+        with pytest.raises(KeyError):
+            backend.read(key(6))
+
+    def test_overwrite_keeps_a_valid_block(self, backend: Backend) -> None:
+        self._put(backend, key(7), b"a" * 1000)
+        self._put(backend, key(7), b"b" * 1000)
+        assert bytes(backend.read(key(7))[1]) in (b"a" * 1000, b"b" * 1000)
+
+    def test_namespaces_are_separate(self, backend: Backend) -> None:
+        a, b = key(8, "nsa"), key(8, "nsb")
+        self._put(backend, a, b"A" * 64)
+        assert not backend.exists(b)
+        with pytest.raises(KeyError):
+            backend.read(b)
+        self._put(backend, b, b"B" * 64)
+        assert bytes(backend.read(a)[1]) == b"A" * 64
+        assert bytes(backend.read(b)[1]) == b"B" * 64
+
+    def test_scan_lists_every_block(self, backend: Backend) -> None:
+        written = {key(i): os.urandom(100 + i) for i in range(20, 30)}
+        for k, data in written.items():
+            self._put(backend, k, data)
+        scanned = dict(backend.scan())
+        assert set(scanned) >= set(written)
+        for k, data in written.items():
+            assert scanned[k] >= len(data)
+
+    def test_quarantine_removes_the_block(self, backend: Backend) -> None:
+        self._put(backend, key(9), b"q" * 100)
+        backend.quarantine(key(9), "test")
+        assert not backend.exists(key(9))
+
+    def test_probe_passes(self, backend: Backend) -> None:
+        backend.probe()
+
+    def test_concurrent_writers(self, backend: Backend) -> None:
+        blobs = {key(100 + i): os.urandom(4096 + i) for i in range(32)}
+        errors: list[BaseException] = []
+
+        def write(items: list[tuple[BlockKey, bytes]]) -> None:
+            try:
+                for k, data in items:
+                    self._put(backend, k, data)
+            except BaseException as exc:
+                errors.append(exc)
+
+        items = list(blobs.items())
+        threads = [threading.Thread(target=write, args=(items[i::4],)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        for k, data in blobs.items():
+            assert bytes(backend.read(k)[1]) == data
+
+    def test_same_key_two_writers(self, backend: Backend) -> None:
+        a, b = b"1" * 50_000, b"2" * 50_000
+        threads = [threading.Thread(target=self._put, args=(backend, key(10), d)) for d in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert bytes(backend.read(key(10))[1]) in (a, b)
+
+    def test_persistence_across_instances(self, backend: Backend, tmp_path: Path) -> None:
+        data = os.urandom(3000)
+        self._put(backend, key(11), data)
+        other = self.make_backend(tmp_path)
+        try:
+            if backend.persistent:
+                assert bytes(other.read(key(11))[1]) == data
+            else:
+                assert not other.exists(key(11))
+        finally:
+            other.close()
+
+
+class CorruptionContract:
+    """For backends that store the block format: damage must read as ``CorruptBlockError``.
+
+    Implement ``make_backend`` and ``damage(backend, key, mutate)`` where ``mutate`` takes the
+    stored bytes of the block and returns the bytes to store instead.
+    """
+
+    def make_backend(self, tmp_path: Path) -> Backend:
+        raise NotImplementedError
+
+    def damage(self, backend: Backend, k: BlockKey, mutate: object) -> None:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def stored(self, tmp_path: Path) -> Iterator[tuple[Backend, BlockKey, bytes]]:
+        b = self.make_backend(tmp_path)
+        k = key(1)
+        data = os.urandom(20_000)
+        b.put(k, [data], meta_for(k, len(data)))
+        yield b, k, data
+        b.close()
+
+    @pytest.mark.parametrize(
+        "mutation",
+        ["truncate_half", "truncate_trailer", "zero_length", "flip_magic", "flip_meta", "flip_payload",
+         "flip_trailer_hash", "append_garbage"],
+    )
+    def test_damage_is_detected(self, stored: tuple[Backend, BlockKey, bytes], mutation: str) -> None:
+        backend, k, _ = stored
+
+        def mutate(raw: bytes) -> bytes:
+            buf = bytearray(raw)
+            if mutation == "truncate_half":
+                return bytes(buf[: len(buf) // 2])
+            if mutation == "truncate_trailer":
+                return bytes(buf[:-10])
+            if mutation == "zero_length":
+                return b""
+            if mutation == "flip_magic":
+                buf[0] ^= 0xFF
+            elif mutation == "flip_meta":
+                buf[30] ^= 0x01
+            elif mutation == "flip_payload":
+                buf[len(buf) // 2] ^= 0x01
+            elif mutation == "flip_trailer_hash":
+                buf[-20] ^= 0x01
+            elif mutation == "append_garbage":
+                buf += b"garbage"
+            return bytes(buf)
+
+        self.damage(backend, k, mutate)
+        with pytest.raises(CorruptBlockError):
+            backend.read(k, memoryview(bytearray(20_000)))
+
+    def test_block_of_another_key_is_detected(self, tmp_path: Path) -> None:
+        b = self.make_backend(tmp_path)
+        try:
+            k1, k2 = key(1), key(2, "otherns")
+            b.put(k1, [b"x" * 100], meta_for(k1, 100))
+            b.put(k2, [b"y" * 100], meta_for(k2, 100))
+            captured: dict[str, bytes] = {}
+
+            def grab(raw: bytes) -> bytes:
+                captured["raw"] = raw
+                return raw
+
+            self.damage(b, k2, grab)
+            self.damage(b, k1, lambda _raw: captured["raw"])  # a valid block of another namespace
+            with pytest.raises(CorruptBlockError):
+                b.read(k1)
+        finally:
+            b.close()
+
+
+# ============================================================================ codecs
+
+
+def random_kv(layout: KVLayout, seed: int = 0, scale: float = 4.0) -> bytes:
+    """Bytes of a KV-like tensor for ``layout`` (bf16 as uint16 bit patterns)."""
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(layout.shape))
+    x = (rng.standard_normal(n) * scale).astype(np.float32)
+    return to_dtype_bytes(x, layout.dtype)
+
+
+def to_dtype_bytes(x: np.ndarray, dtype: str) -> bytes:
+    if dtype == "bfloat16":
+        bits = x.astype(np.float32).view(np.uint32)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        return rounded.tobytes()
+    if dtype in ("float16", "float32"):
+        return x.astype(dtype).tobytes()
+    raise ValueError(f"no test data generator for {dtype}")
+
+
+def to_float32(raw: bytes | memoryview, dtype: str) -> np.ndarray:
+    if dtype == "bfloat16":
+        return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return np.frombuffer(raw, dtype).astype(np.float32)
+
+
+class CodecContract:
+    """Behaviour every Codec must have. Implement ``make_codec``; override ``layouts``."""
+
+    layouts: tuple[KVLayout, ...] = (
+        KVLayout("bfloat16", (2, 2, 64, 3, 64), ("kv", "layer", "token", "head", "dim")),
+        KVLayout("float16", (2, 1, 32, 2, 64), ("kv", "layer", "token", "head", "dim")),
+        KVLayout("float32", (2, 1, 16, 2, 32), ("kv", "layer", "token", "head", "dim")),
+    )
+
+    def make_codec(self) -> Codec:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def codec(self) -> Codec:
+        return self.make_codec()
+
+    def _round_trip(self, codec: Codec, raw: bytes, layout: KVLayout) -> bytes:
+        pieces, params = codec.encode(memoryview(raw), layout)
+        payload = b"".join(bytes(p) for p in pieces)
+        dest = bytearray(len(raw))
+        codec.decode(memoryview(payload), params, layout, memoryview(dest))
+        return bytes(dest)
+
+    def test_tag(self, codec: Codec) -> None:
+        assert codec.tag == f"{codec.name}@{codec.version}"
+
+    @pytest.mark.parametrize("seed", [0, 1, 2])
+    def test_round_trip_within_bound(self, codec: Codec, seed: int) -> None:
+        for layout in self.layouts:
+            raw = random_kv(layout, seed)
+            out = self._round_trip(codec, raw, layout)
+            if codec.lossless:
+                assert out == raw, f"lossless codec changed bytes for {layout.dtype}"
+            else:
+                x, y = to_float32(raw, layout.dtype), to_float32(out, layout.dtype)
+                rel = float(np.max(np.abs(x - y)) / max(float(np.max(np.abs(x))), 1e-12))
+                bound = codec.error_bound(layout)
+                assert rel <= bound + 1e-6, f"{layout.dtype}: error {rel:.4g} > promised {bound:.4g}"
+
+    def test_all_zero(self, codec: Codec) -> None:
+        for layout in self.layouts:
+            raw = bytes(int(np.prod(layout.shape)) * _itemsize(layout.dtype))
+            assert self._round_trip(codec, raw, layout) == raw
+
+    def test_truncated_payload_is_corrupt(self, codec: Codec) -> None:
+        layout = self.layouts[0]
+        raw = random_kv(layout, 7)
+        pieces, params = codec.encode(memoryview(raw), layout)
+        payload = b"".join(bytes(p) for p in pieces)
+        for cut in (0, 1, len(payload) // 2, len(payload) - 1):
+            with pytest.raises(CorruptBlockError):
+                codec.decode(memoryview(payload[:cut]), params, layout, memoryview(bytearray(len(raw))))
+
+    def test_wrong_dest_size_is_corrupt(self, codec: Codec) -> None:
+        layout = self.layouts[0]
+        raw = random_kv(layout, 8)
+        pieces, params = codec.encode(memoryview(raw), layout)
+        payload = b"".join(bytes(p) for p in pieces)
+        with pytest.raises(CorruptBlockError):
+            codec.decode(memoryview(payload), params, layout, memoryview(bytearray(len(raw) + 2)))
+
+
+def _itemsize(dtype: str) -> int:
+    return {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1, "uint8": 1}[dtype]
+
+
+# ============================================================================ policies
+
+
+class PolicyContract:
+    """Behaviour every EvictionPolicy must have. Implement ``make_policy(seed)``."""
+
+    def make_policy(self, seed: int = 0) -> EvictionPolicy:
+        raise NotImplementedError
+
+    def test_empty(self) -> None:
+        p = self.make_policy()
+        assert len(p) == 0 and p.victim(None) is None and key(1) not in p
+
+    def test_insert_contains_remove(self) -> None:
+        p = self.make_policy()
+        for i in range(10):
+            p.insert(key(i), 100, None)
+        assert len(p) == 10 and all(key(i) in p for i in range(10))
+        p.remove(key(3))
+        p.remove(key(1234))  # unknown keys are ignored
+        assert len(p) == 9 and key(3) not in p
+        assert p.victim(None) in [key(i) for i in range(10) if i != 3]
+
+    def test_reinsert_does_not_duplicate(self) -> None:
+        p = self.make_policy()
+        for _ in range(3):
+            p.insert(key(1), 100, None)
+        assert len(p) == 1
+        p.remove(key(1))
+        assert len(p) == 0 and p.victim(None) is None
+
+    def _simulate(self, p: EvictionPolicy, ops: int, universe: int, capacity: int, seed: int,
+                  present: set[BlockKey] | None = None) -> list[BlockKey]:
+        """Drive ``p`` as a tier does; check the capacity invariant; return the victims."""
+        rng = random.Random(seed)
+        present = set() if present is None else present
+        victims = []
+        for _ in range(ops):
+            k = key(int(rng.paretovariate(1.2)) % universe)
+            if k in present:
+                p.touch(k)
+                continue
+            while len(present) >= capacity:
+                v = p.victim(k)
+                assert v is not None and v in present, "victim must be a tracked block"
+                p.remove(v)
+                present.discard(v)
+                victims.append(v)
+            p.insert(k, 1, None)
+            present.add(k)
+            assert len(present) <= capacity
+            assert len(p) == len(present)
+        return victims
+
+    def test_capacity_never_exceeded(self) -> None:
+        self._simulate(self.make_policy(), 5000, 400, 50, seed=1)
+
+    def test_deterministic_with_seed(self) -> None:
+        a = self._simulate(self.make_policy(seed=7), 3000, 300, 40, seed=2)
+        b = self._simulate(self.make_policy(seed=7), 3000, 300, 40, seed=2)
+        assert a == b
+
+    def test_memory_bounded(self) -> None:
+        p = self.make_policy()
+        present: set[BlockKey] = set()
+        self._simulate(p, 20_000, 5000, 200, seed=3, present=present)
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            self._simulate(p, 60_000, 5000, 200, seed=4, present=present)
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        # Blocks tracked + ghosts are bounded by capacity; 60k more ops must not add per-op state.
+        assert grown < 2_000_000, f"policy grew by {grown} bytes over 60k operations at a fixed capacity"
+
+    def test_cost_per_operation_does_not_grow_linearly(self) -> None:
+        def per_op(n: int) -> float:
+            p = self.make_policy()
+            for i in range(n):
+                p.insert(key(i), 1, None)
+            best = float("inf")
+            for rep in range(3):
+                t0 = time.perf_counter()
+                for j in range(2000):
+                    v = p.victim(None)
+                    assert v is not None
+                    p.remove(v)
+                    p.insert(key(n + rep * 2000 + j), 1, None)
+                    p.touch(key(n + rep * 2000 + j))
+                best = min(best, time.perf_counter() - t0)
+            return best
+
+        small, large = per_op(1_000), per_op(64_000)
+        # O(n) would be ~64x slower; O(log n) ~1.6x. The bound is loose for noisy machines.
+        assert large < small * 12, f"64x more blocks made each operation {large / small:.1f}x slower"

@@ -1,0 +1,85 @@
+"""The built-ins run the same contract tests as every third-party plugin."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from lifeboatcache_core.builtin.dram import DramBackend
+from lifeboatcache_core.builtin.file import FileBackend, FileConfig
+from lifeboatcache_core.builtin.lru import LRUPolicy
+from lifeboatcache_core.builtin.none_codec import NoneCodec
+from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.testing import (
+    BackendContract,
+    CodecContract,
+    CorruptionContract,
+    PolicyContract,
+    backend_state_machine,
+)
+
+
+def file_backend(tmp_path: Path, **options: object) -> FileBackend:
+    return FileBackend(FileConfig(path=tmp_path / "tier", **options), tier="nvme")
+
+
+class _FileDamage:
+    def damage(self, backend: FileBackend, k: BlockKey, mutate: Callable[[bytes], bytes]) -> None:
+        path = backend.path_of(k)
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        with open(path, "wb") as fh:
+            fh.write(mutate(raw))
+
+
+class TestFileBackend(_FileDamage, BackendContract, CorruptionContract):
+    def make_backend(self, tmp_path: Path) -> FileBackend:
+        return file_backend(tmp_path)
+
+
+class TestFileBackendFsync(BackendContract):
+    def make_backend(self, tmp_path: Path) -> FileBackend:
+        return file_backend(tmp_path, durability="fsync")
+
+
+class TestFileBackendDirect(_FileDamage, BackendContract, CorruptionContract):
+    def make_backend(self, tmp_path: Path) -> FileBackend:
+        return file_backend(tmp_path, o_direct=True)
+
+
+class TestDramBackend(BackendContract):
+    def make_backend(self, tmp_path: Path) -> DramBackend:
+        return DramBackend(tier="dram")
+
+
+class TestLRU(PolicyContract):
+    def make_policy(self, seed: int = 0) -> LRUPolicy:
+        return LRUPolicy(seed=seed)
+
+
+class TestNoneCodec(CodecContract):
+    def make_codec(self) -> NoneCodec:
+        return NoneCodec()
+
+
+TestFileModel = backend_state_machine(lambda d: file_backend(d)).TestCase
+TestFileDirectModel = backend_state_machine(lambda d: file_backend(d, o_direct=True), max_examples=10).TestCase
+TestDramModel = backend_state_machine(lambda d: DramBackend(tier="dram")).TestCase
+
+
+def test_lru_evicts_least_recently_used() -> None:
+    p = LRUPolicy()
+    keys = [BlockKey("n", bytes([i]) * 4) for i in range(3)]
+    for k in keys:
+        p.insert(k, 1)
+    p.touch(keys[0])
+    assert p.victim() == keys[1]
+
+
+def test_file_layout_is_sharded(tmp_path: Path) -> None:
+    b = file_backend(tmp_path)
+    k = BlockKey("ns", bytes.fromhex("abcdef") + os.urandom(29))
+    path = b.path_of(k)
+    assert path.startswith(str(tmp_path / "tier" / "ns" / "ab" / "cd"))
+    assert path.endswith(k.hex + ".lbk")
