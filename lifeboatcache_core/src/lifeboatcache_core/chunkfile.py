@@ -16,11 +16,12 @@ hostile length field cannot make us allocate more than the file holds.
 
 from __future__ import annotations
 
+import errno
 import json
 import struct
 import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -182,3 +183,39 @@ def decode_block(data: Buffer, key: BlockKey | None = None) -> tuple[BlockMeta, 
     payload = view[start:end]
     check_trailer(view[end:], header.payload_len, (payload,))
     return header.meta, payload
+
+
+def read_block_stream(readinto: Callable[[memoryview], int | None], total_len: int, key: BlockKey | None = None,
+                      dest: memoryview | None = None) -> tuple[BlockMeta, memoryview]:
+    """Verify a block read front to back from a stream (an HTTP body, an fsspec file).
+
+    Object stores hand out streams, not seekable files: this reads the header, then the payload
+    straight into ``dest`` when it has exactly the payload's length (copy-free, like
+    ``FileBackend.read``), then the trailer. ``total_len`` is the block's size as the store
+    reports it. A stream that ends early raises ``OSError`` (a transport failure, so the stored
+    block is not quarantined); a block that does not verify raises ``CorruptBlockError``.
+    """
+    head = bytearray(FIXED_LEN)
+    _fill(readinto, memoryview(head), total_len)
+    header_len = parse_fixed(head)[0]
+    if header_len > total_len:
+        raise CorruptBlockError(f"header_len {header_len} exceeds the block's {total_len} bytes")
+    head.extend(bytes(header_len - FIXED_LEN))
+    _fill(readinto, memoryview(head)[FIXED_LEN:], total_len)
+    header = parse_header(head, total_len, key)
+    n = header.payload_len
+    payload: Buffer = dest if dest is not None and dest.nbytes == n else bytearray(n)
+    _fill(readinto, memoryview(payload).cast("B"), total_len)
+    trailer = bytearray(TRAILER_LEN)
+    _fill(readinto, memoryview(trailer), total_len)
+    check_trailer(trailer, n, (payload,))
+    return header.meta, memoryview(payload)
+
+
+def _fill(readinto: Callable[[memoryview], int | None], view: memoryview, total_len: int) -> None:
+    got = 0
+    while got < view.nbytes:
+        n = readinto(view[got:])
+        if not n:
+            raise OSError(errno.EIO, f"stream ended {view.nbytes - got} bytes early (block of {total_len} bytes)")
+        got += n
