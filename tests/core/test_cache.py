@@ -1,0 +1,208 @@
+"""TieredCache behaviour through the engine-facing API: hits, misses, never wrong bytes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from lifeboatcache_core.abc import KVLayout
+from lifeboatcache_core.keys import BlockKey, Namespace
+from prometheus_client import generate_latest
+
+from .helpers import NS, blobs, file_tier, keys, open_cache
+
+DRAM = {"name": "dram", "backend": "dram", "capacity_gb": 0.01}
+
+
+def test_round_trip_and_restart(tmp_path: Path) -> None:
+    ks, data = keys(8), blobs(8, 100_000)
+    with open_cache(tmp_path, DRAM, file_tier(tmp_path / "t")) as cache:
+        assert cache.put(ks, data) == [True] * 8
+        out = [bytearray(100_000) for _ in ks]
+        assert cache.get(ks, out) == [True] * 8
+        assert [bytes(o) for o in out] == data
+    with open_cache(tmp_path, DRAM, file_tier(tmp_path / "t")) as cache:
+        out = [bytearray(100_000) for _ in ks]
+        assert cache.get(ks, out) == [True] * 8
+        assert [bytes(o) for o in out] == data
+        cache.drain()
+        stats = cache.stats()
+        assert stats["nvme"]["hits"] == 8 and stats["dram"]["misses"] == 8
+        assert stats["dram"]["promotions"] == 8 and stats["dram"]["blocks"] == 8
+
+
+def test_numpy_buffers_and_layout(tmp_path: Path) -> None:
+    layout = KVLayout("float32", (2, 4, 8), ("kv", "token", "dim"))
+    arrays = [np.random.default_rng(i).standard_normal((2, 4, 8)).astype(np.float32) for i in range(3)]
+    with open_cache(tmp_path) as cache:
+        assert all(cache.put(keys(3), arrays, layout=layout))
+        out = [np.zeros((2, 4, 8), np.float32) for _ in range(3)]
+        assert all(cache.get(keys(3), out))
+        for a, b in zip(arrays, out, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_submit_and_poll(tmp_path: Path) -> None:
+    with open_cache(tmp_path) as cache:
+        job = cache.submit_put(keys(4), blobs(4, 1000))
+        finished = []
+        while not finished:
+            finished = cache.poll()
+        assert finished[0].job_id == job and finished[0].ok == [True] * 4
+        out = [bytearray(1000) for _ in range(5)]
+        job = cache.submit_get_into(keys(5), out)
+        result = cache.wait(job)
+        assert result.ok == [True] * 4 + [False] and result.kind == "get"
+        assert cache.poll() == []  # a waited job is not reported again
+
+
+def test_empty_batches(tmp_path: Path) -> None:
+    with open_cache(tmp_path) as cache:
+        assert cache.put([], []) == []
+        assert cache.get([], []) == []
+        assert cache.contains_prefix([]) == 0
+
+
+def test_exists_and_contains_prefix(tmp_path: Path) -> None:
+    ks = keys(6)
+    with open_cache(tmp_path) as cache:
+        cache.put([ks[0], ks[1], ks[3]], blobs(3, 10))
+        assert cache.exists(ks) == [True, True, False, True, False, False]
+        assert cache.contains_prefix(ks) == 2
+
+
+def test_wrong_size_buffer_is_a_miss(tmp_path: Path) -> None:
+    with open_cache(tmp_path) as cache:
+        cache.put(keys(1), blobs(1, 1000))
+        assert cache.get(keys(1), [bytearray(999)]) == [False]
+        assert cache.stats()["nvme"]["incompatible_blocks"] == 1
+
+
+def test_key_of_wrong_length_is_rejected_not_raised(tmp_path: Path) -> None:
+    ns = Namespace(engine="test", model="m", digest_bytes=32)
+    with open_cache(tmp_path) as cache:
+        ns_id = cache.register_namespace(ns)
+        short = BlockKey(ns_id, b"\x01" * 16)
+        good = ns.key(b"\x02" * 32)
+        assert cache.put([short, good], [b"a" * 10, b"b" * 10]) == [False, True]
+        assert cache.get([short], [bytearray(10)]) == [False]
+        assert cache.exists([short, good]) == [False, True]
+        assert cache.put(["not a key"], [b"x"]) == [False]  # type: ignore[list-item]
+        assert (tmp_path / "tier" / ns_id / "NAMESPACE.json").exists()
+
+
+def _stored_path(cache, key: BlockKey) -> str:  # type: ignore[no-untyped-def]
+    return cache.tiers[0].backend.path_of(key)
+
+
+@pytest.mark.parametrize("damage", ["flip_payload", "flip_meta", "truncate", "zero_length"])
+def test_damaged_block_is_a_counted_miss(tmp_path: Path, damage: str) -> None:
+    (k,), (data,) = keys(1), blobs(1, 50_000)
+    with open_cache(tmp_path) as cache:
+        cache.put([k], [data])
+        path = _stored_path(cache, k)
+        raw = bytearray(Path(path).read_bytes())
+        if damage == "flip_payload":
+            raw[len(raw) // 2] ^= 0x10
+        elif damage == "flip_meta":
+            raw[40] ^= 0x01
+        elif damage == "truncate":
+            raw = raw[:-100]
+        else:
+            raw = bytearray()
+        Path(path).write_bytes(raw)
+        dest = bytearray(50_000)
+        assert cache.get([k], [dest]) == [False]
+        assert cache.stats()["nvme"]["corrupt_blocks"] == 1
+        assert not Path(path).exists(), "a damaged block is moved aside"
+        assert list((tmp_path / "tier" / ".bad" / NS).iterdir())
+        assert cache.get([k], [dest]) == [False]  # now simply absent
+        assert cache.stats()["nvme"]["corrupt_blocks"] == 1
+        assert cache.put([k], [data]) == [True]  # and can be stored again
+        assert cache.get([k], [dest]) == [True] and bytes(dest) == data
+
+
+def test_block_of_another_namespace_at_the_path_is_a_miss(tmp_path: Path) -> None:
+    mine, theirs = BlockKey("mine", b"\x07" * 32), BlockKey("theirs", b"\x07" * 32)
+    with open_cache(tmp_path) as cache:
+        cache.put([mine, theirs], [b"m" * 100, b"t" * 100])
+        os.replace(_stored_path(cache, theirs), _stored_path(cache, mine))
+        dest = bytearray(100)
+        assert cache.get([mine], [dest]) == [False]
+        assert cache.stats()["nvme"]["corrupt_blocks"] == 1
+
+
+def test_capacity_is_enforced_on_every_put(tmp_path: Path) -> None:
+    block = 256 * 1024
+    capacity_gb = 4 * 1024 * 1024 / 1024**3  # 4 MiB
+    with open_cache(tmp_path, file_tier(tmp_path / "t", capacity_gb)) as cache:
+        tier = cache.tiers[0]
+        for i in range(48):  # 12 MiB through a 4 MiB tier
+            assert cache.put(keys(1, start=i), blobs(1, block)) == [True]
+            on_disk = sum(f.stat().st_size for f in (tmp_path / "t").rglob("*.lbk"))
+            assert on_disk <= tier.capacity and tier.used <= tier.capacity
+        assert tier.stats.evictions > 0
+        # LRU: the newest blocks survive
+        assert cache.exists(keys(1, start=47)) == [True] and cache.exists(keys(1, start=0)) == [False]
+
+
+def test_block_larger_than_the_tier_is_not_stored(tmp_path: Path) -> None:
+    with open_cache(tmp_path, file_tier(tmp_path / "t", 1 / 1024**2)) as cache:  # 1 KiB
+        assert cache.put(keys(1), blobs(1, 10_000)) == [False]
+
+
+def test_missing_path_is_created(tmp_path: Path) -> None:
+    with open_cache(tmp_path, file_tier(tmp_path / "a" / "b" / "c")) as cache:
+        assert cache.health()[0]["up"]
+        assert cache.put(keys(1), blobs(1, 10)) == [True]
+
+
+def test_unusable_path_falls_back_and_never_raises(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    with open_cache(tmp_path, file_tier(blocker / "tier")) as cache:
+        health = {h["tier"]: h for h in cache.health()}
+        assert not health["nvme"]["up"] and "Not a directory" in health["nvme"]["reason"]
+        assert health["fallback"]["up"]
+        assert cache.put(keys(2), blobs(2, 100)) == [True, True]
+        assert cache.get(keys(2), [bytearray(100), bytearray(100)]) == [True, True]
+        assert any((tmp_path / "fallback").rglob("*.lbk"))
+
+
+def test_read_only_filesystem_is_skipped(tmp_path: Path) -> None:
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)], check=True)
+    try:
+        with open_cache(tmp_path, file_tier(mnt)) as cache:
+            health = {h["tier"]: h for h in cache.health()}
+            assert not health["nvme"]["up"] and "Read-only file system" in health["nvme"]["reason"]
+            assert health["fallback"]["up"]
+            assert cache.put(keys(1), blobs(1, 10)) == [True]
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_metrics_after_known_operations(tmp_path: Path) -> None:
+    with open_cache(tmp_path, file_tier(tmp_path / "t", name="metrics-tier")) as cache:
+        cache.put(keys(3), blobs(3, 1000))
+        cache.get(keys(4), [bytearray(1000) for _ in range(4)])
+        text = generate_latest().decode()
+        assert 'lifeboatcache_hits_total{tier="metrics-tier"} 3.0' in text
+        assert 'lifeboatcache_misses_total{tier="metrics-tier"} 1.0' in text
+        assert 'lifeboatcache_puts_total{tier="metrics-tier"} 3.0' in text
+        assert 'lifeboatcache_blocks{tier="metrics-tier"} 3.0' in text
+        assert 'lifeboatcache_tier_up{tier="metrics-tier"} 1.0' in text
+        assert 'lifeboatcache_corrupt_blocks_total{tier="metrics-tier"} 0.0' in text
+
+
+def test_duplicate_put_is_not_rewritten(tmp_path: Path) -> None:
+    with open_cache(tmp_path) as cache:
+        cache.put(keys(1), [b"first" * 10])
+        cache.put(keys(1), [b"other" * 10])
+        dest = bytearray(50)
+        assert cache.get(keys(1), [dest]) == [True] and bytes(dest) == b"first" * 10
+        assert cache.stats()["nvme"]["puts"] == 1

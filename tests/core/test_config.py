@@ -1,0 +1,119 @@
+"""Bad config is a clear error at config time, naming the key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lifeboatcache_core.config import LifeboatConfig, load_config, load_config_dict
+from lifeboatcache_core.errors import ConfigError
+
+
+def tier(tmp_path: Path, **extra: object) -> dict[str, object]:
+    return {"backend": "file", "capacity_gb": 1, "path": str(tmp_path), **extra}
+
+
+def test_defaults_are_valid() -> None:
+    cfg = LifeboatConfig()
+    assert [t.backend for t in cfg.tiers] == ["dram", "file"]
+    assert cfg.engine.on_error == "serve"
+
+
+def test_unknown_backend_suggests_and_lists() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config_dict({"tiers": [{"backend": "fiel", "capacity_gb": 1}]})
+    msg = str(err.value)
+    assert "unknown backend 'fiel'" in msg and "Did you mean 'file'" in msg and "dram, file" in msg
+
+
+def test_unknown_top_level_key_lists_valid_keys() -> None:
+    with pytest.raises(ConfigError, match=r"tierz: unknown key; valid keys: engine, fallback_local, promote, tiers"):
+        load_config_dict({"tierz": []})
+
+
+def test_unknown_backend_option_names_key_and_valid_ones(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config_dict({"tiers": [tier(tmp_path, pathh="/x")]})
+    msg = str(err.value)
+    assert "pathh: unknown key" in msg and "durability" in msg and "o_direct" in msg
+
+
+def test_missing_key() -> None:
+    with pytest.raises(ConfigError, match=r"tiers.0.capacity_gb: required key is missing"):
+        load_config_dict({"tiers": [{"backend": "dram"}]})
+
+
+def test_missing_backend_option() -> None:
+    with pytest.raises(ConfigError, match=r"path: required key is missing"):
+        load_config_dict({"tiers": [{"backend": "file", "capacity_gb": 1}]})
+
+
+@pytest.mark.parametrize(
+    ("override", "where"),
+    [
+        ({"capacity_gb": "lots"}, "tiers.0.capacity_gb"),
+        ({"capacity_gb": -1}, "tiers.0.capacity_gb"),
+        ({"durability": "sometimes"}, "durability"),
+        ({"io_threads": 0}, "tiers.0.io_threads"),
+        ({"write": "sideways"}, "tiers.0.write"),
+    ],
+)
+def test_wrong_types(tmp_path: Path, override: dict[str, object], where: str) -> None:
+    with pytest.raises(ConfigError, match=where):
+        load_config_dict({"tiers": [tier(tmp_path, **override)]})
+
+
+def test_unknown_codec_and_policy(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown codec 'zip'"):
+        load_config_dict({"tiers": [tier(tmp_path, codec="zip")]})
+    with pytest.raises(ConfigError, match="unknown policy 'lfu'"):
+        load_config_dict({"tiers": [tier(tmp_path, policy="lfu")]})
+
+
+def test_duplicate_tier_names(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="tier names must be unique"):
+        load_config_dict({"tiers": [tier(tmp_path), tier(tmp_path)]})
+
+
+def test_first_party_package_missing_says_what_to_install() -> None:
+    from lifeboatcache_core.plugins import get_registry
+
+    get_registry().entries["backend"].pop("ontap", None)  # as if lifeboatcache-backend-ontap were absent
+    with pytest.raises(ConfigError, match=r"pip install 'lifeboatcache\[ontap\]'"):
+        load_config_dict({"tiers": [{"backend": "ontap", "capacity_gb": 1}]})
+
+
+def test_toml_and_yaml_files(tmp_path: Path) -> None:
+    toml = tmp_path / "c.toml"
+    toml.write_text(f'[[tiers]]\nbackend = "file"\ncapacity_gb = 2\npath = "{tmp_path}"\n')
+    assert load_config(toml).tiers[0].capacity_bytes == 2 * 1024**3
+    yml = tmp_path / "c.yaml"
+    yml.write_text(f"tiers:\n  - backend: file\n    capacity_gb: 2\n    path: {tmp_path}\n")
+    assert load_config(yml).tiers[0].backend_options.path == tmp_path  # type: ignore[attr-defined]
+
+
+def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[tiers]\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lifeboatcache", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_config_validate(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text(f'[[tiers]]\nbackend = "file"\ncapacity_gb = 1\npath = "{tmp_path}"\n')
+    assert _cli("config", "validate", str(good)).returncode == 0
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[[tiers]]\nbackend = "file"\ncapacity_gb = 1\npath = "{tmp_path}"\nfsync = true\n')
+    result = _cli("config", "validate", str(bad))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "fsync: unknown key" in lines[0]
