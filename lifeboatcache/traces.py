@@ -49,6 +49,7 @@ class TraceRequest:
     output_tokens: int
     hash_ids: np.ndarray  # int64, one id per full block of the input, in prompt order
     kind: str = "n"
+    think_time: float = 0.0  # client delay before this request (seconds), as recorded
 
     @property
     def blocks(self) -> int:
@@ -102,6 +103,7 @@ def _parse_request(raw: dict[str, Any], offset: float) -> TraceRequest:
         output_tokens=int(raw.get("out", 0)),
         hash_ids=np.asarray(raw.get("hash_ids", ()), dtype=np.int64),
         kind=str(raw.get("type", "n")),
+        think_time=float(raw.get("think_time") or 0.0),
     )
 
 
