@@ -29,7 +29,8 @@ def test_unknown_backend_suggests_and_lists() -> None:
 
 
 def test_unknown_top_level_key_lists_valid_keys() -> None:
-    with pytest.raises(ConfigError, match=r"tierz: unknown key; valid keys: engine, fallback_local, promote, tiers"):
+    with pytest.raises(ConfigError,
+                       match=r"tierz: unknown key; valid keys: dashboard, engine, fallback_local, promote, tiers"):
         load_config_dict({"tierz": []})
 
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from typing_extensions import Buffer as _Buffer
 
@@ -31,6 +31,9 @@ from lifeboatcache_core.keys import BlockKey, Namespace, check_key
 from lifeboatcache_core.plugins import get_registry
 from lifeboatcache_core.registry import PluginRegistry
 from lifeboatcache_core.tier import Tier, layout_from_meta
+
+if TYPE_CHECKING:
+    from lifeboatcache_core.reconfigure import Reconfiguration
 
 log = logging.getLogger("lifeboatcache")
 
@@ -58,6 +61,7 @@ class _Job:
     ok: list[bool]
     tasks: int = 0
     done: threading.Event = field(default_factory=threading.Event)
+    started: float = field(default_factory=time.perf_counter)
 
 
 def as_byte_view(buf: _Buffer) -> memoryview:
@@ -85,6 +89,9 @@ class TieredCache:
         self._background: set[Future[Any]] = set()
         self._closed = threading.Event()
         self._background_index = background_index
+        self._config_lock = threading.Lock()
+        self.telemetry = metrics.CacheStats()
+        self.last_reconfiguration: Reconfiguration | None = None
         for tier in self.all_tiers:
             if tier.open():
                 self._start_index(tier)
@@ -164,7 +171,9 @@ class TieredCache:
     # ------------------------------------------------------------------ jobs
 
     def _new_job(self, kind: JobKind, n: int) -> _Job:
-        job = _Job(next(self._job_ids), kind, [False] * n)
+        # tasks=1: the submitter's own hold, released by _finish_if_idle once every tier's tasks
+        # are queued, so a fast first tier cannot finish (and report) the job before the second starts
+        job = _Job(next(self._job_ids), kind, [False] * n, tasks=1)
         with self._lock:
             self._jobs[job.job_id] = job
         return job
@@ -179,14 +188,12 @@ class TieredCache:
             if job.tasks:
                 return
             self._finished.append(job)
+        self.telemetry.job_latency[job.kind].observe(time.perf_counter() - job.started)
         job.done.set()
 
     def _finish_if_idle(self, job: _Job) -> None:
-        with self._lock:
-            if job.tasks:
-                return
-            self._finished.append(job)
-        job.done.set()
+        """Release the submitter's hold; the job finishes now if no task is left."""
+        self._task_done(job)
 
     def _spread(self, job: _Job, tier: Tier, indices: list[int], work: Any) -> None:
         """Run ``work(tier, slice)`` over ``indices`` in up to ``io_threads`` slices."""
@@ -197,8 +204,10 @@ class TieredCache:
         self._add_tasks(job, len(slices))
         for part in slices:
             def run(part: list[int] = part) -> None:
+                started = time.perf_counter()
                 try:
                     work(tier, part)
+                    tier.latency[job.kind].observe((time.perf_counter() - started) / len(part), len(part))
                 except Exception:  # a bug must not hang the job: report its blocks as failed
                     log.exception("tier %s: unexpected error in %s job %d", tier.name, job.kind, job.job_id)
                 finally:
@@ -214,6 +223,7 @@ class TieredCache:
         if len(keys) != len(buffers):
             raise ValueError(f"{len(keys)} keys but {len(buffers)} buffers")
         job = self._new_job("put", len(keys))
+        self.telemetry.add(put_blocks=len(keys))
         views = [as_byte_view(b) for b in buffers]
         valid = [i for i, k in enumerate(keys) if self._valid(k)]
         up = self.tiers
@@ -234,6 +244,7 @@ class TieredCache:
         if len(keys) != len(buffers):
             raise ValueError(f"{len(keys)} keys but {len(buffers)} buffers")
         job = self._new_job("get", len(keys))
+        self.telemetry.add(lookups=1, lookup_blocks=len(keys))
         views = [as_byte_view(b) for b in buffers]
         up = self.tiers
         groups: dict[int, list[int]] = {}
@@ -253,8 +264,13 @@ class TieredCache:
 
         def work(tier: Tier, part: list[int]) -> None:
             start = up.index(tier)
+            served = hits = 0
             for i in part:
-                job.ok[i] = self._fetch_one(keys[i], views[i], up, start)
+                if self._fetch_one(keys[i], views[i], up, start):
+                    job.ok[i] = True
+                    hits += 1
+                    served += views[i].nbytes
+            self.telemetry.add(lookup_hit_blocks=hits, bytes_served=served)
 
         for j, indices in groups.items():
             self._spread(job, up[j], indices, work)
@@ -365,6 +381,24 @@ class TieredCache:
                 return True
             time.sleep(0.01)
         return False
+
+    def record_lookup(self, tokens_requested: int, tokens_hit: int) -> None:
+        """Adapters report token-level lookups (the engine's view of a prefix hit) for the hit-rate metrics."""
+        self.telemetry.add(lookup_tokens=tokens_requested, lookup_hit_tokens=tokens_hit)
+
+    # ------------------------------------------------------------------ live configuration
+
+    def apply_config(self, new_config: LifeboatConfig) -> list[str]:
+        """Apply what can change while serving; return what needs a restart (one line each).
+
+        Live: capacities, policies, codecs (for new writes), tiers added/removed/reordered,
+        promotion, the local fallback. See :mod:`lifeboatcache_core.reconfigure`.
+        """
+        from lifeboatcache_core.reconfigure import apply_config
+
+        with self._config_lock:
+            self.last_reconfiguration = apply_config(self, new_config)
+        return self.last_reconfiguration.restart
 
     # ------------------------------------------------------------------ health, stats
 

@@ -123,6 +123,16 @@ class EngineConfig(StrictModel):
     vllm_mode: Literal["native", "lmcache"] = "native"
 
 
+class DashboardConfig(StrictModel):
+    """The node dashboard (``lifeboatcache dashboard``; engine adapters start it unless disabled)."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(default=9400, ge=1, le=65535)
+    #: token for config writes; None: a random one is generated at start and printed once
+    token: str | None = Field(default=None, min_length=16)
+
+
 def _default_tiers() -> list[TierConfig]:
     return [
         TierConfig(name="dram", backend="dram", capacity_gb=2),
@@ -137,6 +147,7 @@ class LifeboatConfig(StrictModel):
     promote: bool = True
     fallback_local: FallbackConfig = Field(default_factory=FallbackConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
 
     @model_validator(mode="after")
     def _unique_names(self) -> LifeboatConfig:

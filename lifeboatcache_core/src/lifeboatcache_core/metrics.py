@@ -4,21 +4,29 @@ Counters live as plain integers on each tier (updated under the tier's lock, on 
 threads); one collector registered once per process reads every live cache at scrape time.
 That keeps the hot path free of prometheus_client calls and lets tests open many caches in
 one process without duplicate-registration errors.
+
+Scrapes go through *samples*: one JSON-able dict per cache (:func:`cache_sample`). The
+in-process collector turns the samples of this process into metric families; the node
+endpoint (:mod:`lifeboatcache_core.metrics_node`) does the same with the samples other engine
+processes on the node spool to a shared directory, so one endpoint serves the whole node.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 import weakref
-from collections.abc import Iterator
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from lifeboatcache_core.cache import TieredCache
+
+Sample = dict[str, Any]
 
 
 @dataclass
@@ -33,6 +41,7 @@ class TierStats:
     incompatible_blocks: int = 0
     errors: int = 0
     promotions: int = 0
+    raw_bytes_written: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -49,7 +58,264 @@ COUNTERS = {
     "incompatible_blocks": "Blocks written by a codec version this process cannot decode",
     "errors": "I/O errors (served as misses)",
     "promotions": "Blocks copied up into this tier after a lower-tier hit",
+    "raw_bytes_written": "Raw (engine) bytes of the blocks stored in this tier, before the codec",
 }
+
+#: per-tier gauges: name -> help
+TIER_GAUGES = {
+    "blocks": "Blocks stored in this tier",
+    "bytes_used": "Stored bytes in this tier",
+    "capacity_bytes": "Configured capacity of this tier",
+    "tier_up": "1 when the tier passes its probe",
+    "index_complete": "1 once the tier's index is fully loaded",
+    "index_loading": "1 while the tier's index is being rebuilt from storage (recovery in progress)",
+}
+
+#: cache-level counters (no tier label): name -> help
+CACHE_COUNTERS = {
+    "lookups": "Get requests (batches) from the engine",
+    "lookup_blocks": "Blocks the engine asked for",
+    "lookup_hit_blocks": "Blocks served to the engine from any tier",
+    "lookup_miss_blocks": "Blocks the engine asked for that no tier could serve",
+    "bytes_served": "Raw bytes written into the engine's buffers",
+    "lookup_tokens": "Tokens the engine looked up (reported by the adapter)",
+    "lookup_hit_tokens": "Tokens the engine got from the cache instead of recomputing (reported by the adapter)",
+    "put_blocks": "Blocks the engine offered for storage",
+}
+
+#: upper bounds (seconds) of the latency histograms: 50 µs .. 10 s
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)
+OPS = ("put", "get")
+
+
+class LatencyHistogram:
+    """A fixed-bucket histogram of plain ints: ``observe`` is one bisect and two adds under a lock.
+
+    Observed once per batch slice or job, never per block, so it stays off the per-block path.
+    """
+
+    __slots__ = ("_lock", "count", "counts", "total")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)  # last slot: above the largest bound
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, seconds: float, weight: int = 1) -> None:
+        """Record ``weight`` events that each took ``seconds``."""
+        slot = bisect.bisect_left(LATENCY_BUCKETS, seconds)
+        with self._lock:
+            self.counts[slot] += weight
+            self.total += seconds * weight
+            self.count += weight
+
+    def sample(self) -> dict[str, Any]:
+        with self._lock:
+            return {"counts": list(self.counts), "sum": self.total, "count": self.count}
+
+
+@dataclass
+class CacheStats:
+    """What one TieredCache did for the engine, across tiers (updated once per batch slice)."""
+
+    lookups: int = 0
+    lookup_blocks: int = 0
+    lookup_hit_blocks: int = 0
+    bytes_served: int = 0
+    lookup_tokens: int = 0
+    lookup_hit_tokens: int = 0
+    put_blocks: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    job_latency: dict[str, LatencyHistogram] = field(
+        default_factory=lambda: {op: LatencyHistogram() for op in OPS}, repr=False, compare=False
+    )
+
+    def add(self, **deltas: int) -> None:
+        with self.lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+    def counters(self) -> dict[str, int]:
+        with self.lock:
+            out = {name: getattr(self, name) for name in CACHE_COUNTERS if name != "lookup_miss_blocks"}
+        out["lookup_miss_blocks"] = out["lookup_blocks"] - out["lookup_hit_blocks"]
+        return out
+
+
+# ----------------------------------------------------------------------------- samples
+
+
+def cache_sample(cache: TieredCache) -> Sample:
+    """Everything the metrics need from one cache, as plain JSON-able values."""
+    tiers: dict[str, dict[str, Any]] = {}
+    for tier in list(cache.all_tiers):
+        values: dict[str, Any] = tier.snapshot()
+        values.update(
+            tier_up=1 if tier.up else 0,
+            index_complete=1 if tier.index_complete else 0,
+            index_loading=1 if tier.index_loading else 0,
+            persistent=bool(tier.persistent),
+            backend=tier.backend_name,
+            codec=tier.codec.tag,
+            policy=tier.cfg.policy,
+            reason=tier.reason or "ok",
+            latency={op: hist.sample() for op, hist in tier.latency.items()},
+        )
+        tiers[tier.name] = values
+    stats: CacheStats = cache.telemetry
+    return {
+        "tiers": tiers,
+        "cache": stats.counters(),
+        "job_latency": {op: hist.sample() for op, hist in stats.job_latency.items()},
+    }
+
+
+def process_samples() -> list[Sample]:
+    """One sample per live TieredCache of this process."""
+    return [cache_sample(cache) for cache in list(_caches)]
+
+
+def _add_hist(acc: dict[str, Any], hist: dict[str, Any]) -> None:
+    if not acc:
+        acc.update(counts=[0] * len(hist["counts"]), sum=0.0, count=0)
+    acc["counts"] = [a + b for a, b in zip(acc["counts"], hist["counts"], strict=True)]
+    acc["sum"] += hist["sum"]
+    acc["count"] += hist["count"]
+
+
+def merge_samples(samples: Iterable[Sample]) -> Sample:
+    """Combine samples (caches, or processes of a node) into one.
+
+    Counters and histograms add up. Gauges of a tier add up when the tier is process-private
+    (DRAM: each process holds its own blocks) and take the largest value when it is persistent
+    (processes of a node share the directory, so adding would count blocks twice). A tier is up
+    only when every process sees it up; the reasons of those that do not are kept.
+    """
+    tiers: dict[str, dict[str, Any]] = {}
+    cache: dict[str, int] = dict.fromkeys(CACHE_COUNTERS, 0)
+    job_latency: dict[str, dict[str, Any]] = {op: {} for op in OPS}
+    for sample in samples:
+        for name, value in sample["cache"].items():
+            cache[name] = cache.get(name, 0) + value
+        for op, hist in sample["job_latency"].items():
+            _add_hist(job_latency.setdefault(op, {}), hist)
+        for tier_name, values in sample["tiers"].items():
+            acc = tiers.get(tier_name)
+            if acc is None:
+                acc = tiers[tier_name] = {
+                    **dict.fromkeys(COUNTERS, 0), **dict.fromkeys(TIER_GAUGES, 0), "tier_up": 1,
+                    "index_complete": 1, "latency": {op: {} for op in OPS}, "reasons": [],
+                    "persistent": values["persistent"], "backend": values["backend"],
+                    "codec": values["codec"], "policy": values["policy"],
+                }
+            for name in COUNTERS:
+                acc[name] += values.get(name, 0)
+            for name in ("blocks", "bytes_used", "capacity_bytes", "index_loading"):
+                value = values.get(name, 0)
+                acc[name] = max(acc[name], value) if values["persistent"] else acc[name] + value
+            acc["tier_up"] = min(acc["tier_up"], values["tier_up"])
+            acc["index_complete"] = min(acc["index_complete"], values["index_complete"])
+            if values["reason"] != "ok" and values["reason"] not in acc["reasons"]:
+                acc["reasons"].append(values["reason"])
+            for op, hist in values["latency"].items():
+                _add_hist(acc["latency"].setdefault(op, {}), hist)
+    for acc in tiers.values():
+        acc["reason"] = "; ".join(acc.pop("reasons")) or "ok"
+    return {"tiers": tiers, "cache": cache, "job_latency": job_latency}
+
+
+def derived(sample: Sample) -> dict[str, Any]:
+    """Ratios computed from a merged sample: hit rates, compression, occupancy (0 when undefined)."""
+    c = sample["cache"]
+    return {
+        "hit_rate_blocks": c["lookup_hit_blocks"] / c["lookup_blocks"] if c["lookup_blocks"] else 0.0,
+        "hit_rate_tokens": c["lookup_hit_tokens"] / c["lookup_tokens"] if c["lookup_tokens"] else 0.0,
+        "tiers": {
+            name: {
+                "compression_ratio": t["raw_bytes_written"] / t["bytes_written"] if t["bytes_written"] else 0.0,
+                "occupancy": t["bytes_used"] / t["capacity_bytes"] if t["capacity_bytes"] else 0.0,
+            }
+            for name, t in sample["tiers"].items()
+        },
+    }
+
+
+# ----------------------------------------------------------------------------- families
+
+_Family = CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily
+
+
+def _buckets(hist: dict[str, Any]) -> list[tuple[str, float]]:
+    out, running = [], 0
+    for bound, count in zip(LATENCY_BUCKETS, hist["counts"], strict=False):
+        running += count
+        out.append((repr(bound), running))
+    out.append(("+Inf", hist["count"]))
+    return out
+
+
+def families(sample: Sample) -> Iterator[_Family]:
+    """The ``lifeboatcache_*`` metric families of one merged sample."""
+    ratios = derived(sample)
+    counters = {
+        name: CounterMetricFamily(f"lifeboatcache_{name}", doc, labels=["tier"]) for name, doc in COUNTERS.items()
+    }
+    gauges = {
+        name: GaugeMetricFamily(f"lifeboatcache_{name}", doc, labels=["tier"]) for name, doc in TIER_GAUGES.items()
+    }
+    compression = GaugeMetricFamily(
+        "lifeboatcache_compression_ratio", "Raw bytes / stored bytes written to this tier (0 before any write)",
+        labels=["tier"],
+    )
+    occupancy = GaugeMetricFamily(
+        "lifeboatcache_occupancy_ratio", "Stored bytes / capacity of this tier", labels=["tier"]
+    )
+    info = GaugeMetricFamily(
+        "lifeboatcache_tier_info", "Tier health reason (value 1)", labels=["tier", "backend", "reason"]
+    )
+    io_latency = HistogramMetricFamily(
+        "lifeboatcache_io_latency_seconds",
+        "Per-block I/O time (encode/decode + storage) of each tier, observed once per batch slice",
+        labels=["tier", "op"],
+    )
+    for tier_name, values in sorted(sample["tiers"].items()):
+        for name, family in counters.items():
+            family.add_metric([tier_name], values.get(name, 0))
+        for name, family in gauges.items():
+            family.add_metric([tier_name], values.get(name, 0))
+        compression.add_metric([tier_name], ratios["tiers"][tier_name]["compression_ratio"])
+        occupancy.add_metric([tier_name], ratios["tiers"][tier_name]["occupancy"])
+        info.add_metric([tier_name, values["backend"], values["reason"]], 1)
+        for op, hist in sorted(values["latency"].items()):
+            if hist:
+                io_latency.add_metric([tier_name, op], _buckets(hist), hist["sum"])
+    yield from counters.values()
+    yield from gauges.values()
+    yield from (compression, occupancy, info, io_latency)
+    for name, doc in CACHE_COUNTERS.items():
+        family = CounterMetricFamily(f"lifeboatcache_{name}", doc)
+        family.add_metric([], sample["cache"].get(name, 0))
+        yield family
+    hit_rate = GaugeMetricFamily(
+        "lifeboatcache_hit_rate", "Share of looked-up blocks/tokens served from the cache (since start)",
+        labels=["unit"],
+    )
+    hit_rate.add_metric(["blocks"], ratios["hit_rate_blocks"])
+    hit_rate.add_metric(["tokens"], ratios["hit_rate_tokens"])
+    yield hit_rate
+    job_latency = HistogramMetricFamily(
+        "lifeboatcache_job_latency_seconds", "Submit-to-finish time of engine put/get batches", labels=["op"]
+    )
+    for op, hist in sorted(sample["job_latency"].items()):
+        if hist:
+            job_latency.add_metric([op], _buckets(hist), hist["sum"])
+    yield job_latency
+
+
+# ----------------------------------------------------------------------------- collectors
 
 _caches: weakref.WeakSet[TieredCache] = weakref.WeakSet()
 _registered = False
@@ -59,43 +325,8 @@ _lock = threading.Lock()
 class CacheCollector(Collector):
     """Reads the stats of every live TieredCache in this process at scrape time."""
 
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        counters = {
-            name: CounterMetricFamily(f"lifeboatcache_{name}", doc, labels=["tier"]) for name, doc in COUNTERS.items()
-        }
-        gauges = {
-            "blocks": GaugeMetricFamily("lifeboatcache_blocks", "Blocks stored in this tier", labels=["tier"]),
-            "bytes_used": GaugeMetricFamily("lifeboatcache_bytes_used", "Stored bytes in this tier", labels=["tier"]),
-            "capacity_bytes": GaugeMetricFamily(
-                "lifeboatcache_capacity_bytes", "Configured capacity of this tier", labels=["tier"]
-            ),
-            "tier_up": GaugeMetricFamily("lifeboatcache_tier_up", "1 when the tier passes its probe", labels=["tier"]),
-            "index_complete": GaugeMetricFamily(
-                "lifeboatcache_index_complete", "1 once the tier's index is fully loaded", labels=["tier"]
-            ),
-        }
-        info = GaugeMetricFamily(
-            "lifeboatcache_tier_info", "Tier health reason (value 1)", labels=["tier", "backend", "reason"]
-        )
-        totals: dict[str, dict[str, float]] = {}
-        for cache in list(_caches):
-            for tier in cache.all_tiers:
-                snap = tier.snapshot()
-                acc = totals.setdefault(tier.name, {})
-                for key, value in snap.items():
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        acc[key] = acc.get(key, 0) + value
-                acc["tier_up"] = acc.get("tier_up", 0) + (1 if tier.up else 0)
-                acc["index_complete"] = acc.get("index_complete", 0) + (1 if tier.index_complete else 0)
-                info.add_metric([tier.name, tier.backend_name, tier.reason or "ok"], 1)
-        for tier_name, values in sorted(totals.items()):
-            for name, family in counters.items():
-                family.add_metric([tier_name], values.get(name, 0))
-            for name, family in gauges.items():
-                family.add_metric([tier_name], values.get(name, 0))
-        yield from counters.values()
-        yield from gauges.values()
-        yield info
+    def collect(self) -> Iterator[_Family]:
+        yield from families(merge_samples(process_samples()))
 
 
 def track(cache: TieredCache) -> None:

@@ -17,7 +17,7 @@ from lifeboatcache_core.abc import Backend, BlockHint, Codec, EvictionPolicy, KV
 from lifeboatcache_core.chunkfile import BlockMeta
 from lifeboatcache_core.errors import CorruptBlockError, LifeboatError
 from lifeboatcache_core.keys import BlockKey
-from lifeboatcache_core.metrics import TierStats
+from lifeboatcache_core.metrics import OPS, LatencyHistogram, TierStats
 
 if TYPE_CHECKING:
     from lifeboatcache_core.config import TierConfig
@@ -63,6 +63,7 @@ class Tier:
         self.used = 0
         self.reserved = 0
         self.stats = TierStats()
+        self.latency = {op: LatencyHistogram() for op in OPS}
         self.up = False
         self.reason = "not opened"
         self.index_complete = False
@@ -154,6 +155,7 @@ class Tier:
                 if victim is None:
                     break
                 victims.append((victim, self._forget(victim)))
+                self.stats.evictions += 1
         self._drop(victims)
 
     def may_have(self, key: BlockKey) -> bool:
@@ -190,10 +192,11 @@ class Tier:
             with self.lock:
                 self.policy.touch(key)
             return True
+        codec = self.codec  # one codec for encode and meta, even if replace_codec runs meanwhile
         try:
-            pieces, params = self.codec.encode(raw, layout)
+            pieces, params = codec.encode(raw, layout)
         except Exception as exc:
-            log.warning("tier %s: codec %s failed to encode: %s", self.name, self.codec.tag, exc)
+            log.warning("tier %s: codec %s failed to encode: %s", self.name, codec.tag, exc)
             with self.lock:
                 self.stats.errors += 1
             return False
@@ -203,7 +206,7 @@ class Tier:
         if victims is None:
             return False
         self._drop(victims)
-        meta = BlockMeta.new(key, raw.nbytes, codec=self.codec.tag, codec_params=params,
+        meta = BlockMeta.new(key, raw.nbytes, codec=codec.tag, codec_params=params,
                              tag=hint.tag if hint else None)
         if layout is not None:
             meta.dtype, meta.shape, meta.axes = layout.dtype, list(layout.shape), list(layout.axes)
@@ -224,6 +227,7 @@ class Tier:
             self.policy.insert(key, stored, hint)
             self.stats.puts += 1
             self.stats.bytes_written += stored
+            self.stats.raw_bytes_written += raw.nbytes
         self._io_ok()
         return True
 
@@ -358,6 +362,30 @@ class Tier:
         codec = cls()
         self._codecs[tag] = codec
         return codec
+
+    # ------------------------------------------------------------------ live changes
+
+    def resize(self, capacity_bytes: int) -> None:
+        """Change the capacity now; a smaller one evicts (policy order) until the tier fits."""
+        with self.lock:
+            self.capacity = capacity_bytes
+        self._evict_over_capacity()
+
+    def replace_policy(self, cfg: TierConfig) -> None:
+        """Switch to ``cfg``'s policy; stored blocks are handed to it in their current order."""
+        policy = self.registry.load("policy", cfg.policy)(cfg.policy_config, seed=self.policy.seed)
+        with self.lock:
+            for key, size in self.index.items():
+                policy.insert(key, size, None)
+            self.policy = policy
+
+    def replace_codec(self, cfg: TierConfig) -> None:
+        """Encode new writes with ``cfg``'s codec; blocks already stored still decode by their tag."""
+        codec: Codec = self.registry.load("codec", cfg.codec)(cfg.codec_config)
+        with self.lock:
+            self._codecs[codec.tag] = codec
+            self.codec = codec
+            self._identity = bool(getattr(codec, "identity", False))
 
     # ------------------------------------------------------------------ misc
 
