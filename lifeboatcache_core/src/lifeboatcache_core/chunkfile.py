@@ -7,6 +7,7 @@
     meta          JSON (padded with spaces up to header_len, which JSON parsers ignore)
     payload       codec output
     trailer       xxh3_128(payload) | u64 payload_len (again) | magic b"KCBL"
+    [zero pad]    only with flag ALIGNED (O_DIRECT writers): up to the next 4 KiB
 
 The same bytes are used for files and for objects in S3-like stores, so any backend can
 verify any block. Every check that fails raises :class:`CorruptBlockError`; callers turn it
@@ -118,6 +119,13 @@ class Header:
     payload_len: int
 
 
+def block_length(header_len: int, payload_len: int, flags: int) -> int:
+    """Stored size of a block. O_DIRECT writers (FLAG_ALIGNED) leave the file zero-padded to
+    4 KiB after the trailer, which saves an ``ftruncate`` per write; readers ignore the pad."""
+    n = header_len + payload_len + TRAILER_LEN
+    return (n + DIRECT_ALIGN - 1) // DIRECT_ALIGN * DIRECT_ALIGN if flags & FLAG_ALIGNED else n
+
+
 def parse_fixed(buf: Buffer) -> tuple[int, int, int]:
     """Return (header_len, payload_len, crc) from the first 24 bytes, or raise."""
     if len(buf) < FIXED_LEN:
@@ -139,9 +147,10 @@ def parse_header(buf: Buffer, total_len: int, key: BlockKey | None = None) -> He
     for headers written by this module unless meta is unusually large; see ``header_len``).
     """
     header_len, payload_len, crc = parse_fixed(buf)
-    if header_len + payload_len + TRAILER_LEN != total_len:
+    expected = block_length(header_len, payload_len, FIXED.unpack_from(buf, 0)[3])
+    if expected != total_len:
         raise CorruptBlockError(
-            f"length mismatch: header says {header_len}+{payload_len}+{TRAILER_LEN}, "
+            f"length mismatch: header says {header_len}+{payload_len}+{TRAILER_LEN} ({expected} bytes stored), "
             f"block has {total_len} bytes"
         )
     if len(buf) < header_len:
@@ -181,7 +190,7 @@ def decode_block(data: Buffer, key: BlockKey | None = None) -> tuple[BlockMeta, 
     start = header.header_len
     end = start + header.payload_len
     payload = view[start:end]
-    check_trailer(view[end:], header.payload_len, (payload,))
+    check_trailer(view[end:end + TRAILER_LEN], header.payload_len, (payload,))
     return header.meta, payload
 
 

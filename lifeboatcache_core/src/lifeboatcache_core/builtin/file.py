@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import xxhash
 from pydantic import Field
 
@@ -127,6 +128,8 @@ class FileBackend(Backend):
         else:
             header = build_header(meta, payload_len)
         total = len(header) + payload_len + TRAILER_LEN
+        if self._direct:
+            total = _align_up(total)  # FLAG_ALIGNED: zero-padded to 4 KiB, no ftruncate needed
         try:
             fd = os.open(tmp, flags, 0o644)
         except FileNotFoundError:  # shard dir removed behind our back: recreate once
@@ -156,23 +159,41 @@ class FileBackend(Backend):
         return total
 
     def _write_direct(self, fd: int, header: bytes, pieces: list[Buffer], trailer: bytes, total: int) -> None:
+        """O_DIRECT write: every iovec 4 KiB aligned in memory and length, then trim the file.
+
+        A single page-aligned payload (the usual case: engine KV pages, numpy/mmap buffers) is
+        written straight from the caller's memory; anything else is staged in the per-thread
+        scratch map (one memcpy).
+        """
         padded = _align_up(total)
-        buf = self._scratch.get(padded)
-        pos = len(header)
-        buf[:pos] = header
-        for p in pieces:
-            n = len(p)
-            buf[pos:pos + n] = p
-            pos += n
-        buf[pos:pos + TRAILER_LEN] = trailer
-        pos += TRAILER_LEN
-        buf[pos:padded] = bytes(padded - pos)
-        view = memoryview(buf)[:padded]
-        try:
-            _pwritev_all(fd, [view], padded)
-        finally:
-            view.release()
-        os.ftruncate(fd, total)
+        if len(pieces) == 1 and _is_aligned(pieces[0]):
+            payload = pieces[0]
+            tail_len = padded - len(header) - len(payload)
+            scratch = self._scratch.get(len(header) + tail_len)
+            scratch[: len(header)] = header
+            scratch[len(header): len(header) + TRAILER_LEN] = trailer
+            scratch[len(header) + TRAILER_LEN: len(header) + tail_len] = bytes(tail_len - TRAILER_LEN)
+            view = memoryview(scratch)
+            try:
+                _pwritev_all(fd, [view[: len(header)], payload, view[len(header): len(header) + tail_len]], padded)
+            finally:
+                view.release()
+        else:
+            buf = self._scratch.get(padded)
+            pos = len(header)
+            buf[:pos] = header
+            for p in pieces:
+                n = len(p)
+                buf[pos:pos + n] = p
+                pos += n
+            buf[pos:pos + TRAILER_LEN] = trailer
+            pos += TRAILER_LEN
+            buf[pos:padded] = bytes(padded - pos)
+            view = memoryview(buf)[:padded]
+            try:
+                _pwritev_all(fd, [view], padded)
+            finally:
+                view.release()
 
     # ------------------------------------------------------------------ read
 
@@ -208,6 +229,8 @@ class FileBackend(Backend):
             os.close(fd)
 
     def _read_direct(self, fd: int, size: int, key: BlockKey, dest: memoryview | None) -> tuple[BlockMeta, memoryview]:
+        if dest is not None and _is_aligned(dest) and size == _align_up(DIRECT_ALIGN + dest.nbytes + TRAILER_LEN):
+            return self._read_direct_into(fd, size, key, dest)
         padded = _align_up(size)
         buf = self._scratch.get(padded)
         view = memoryview(buf)
@@ -218,11 +241,28 @@ class FileBackend(Backend):
             hdr = parse_header(view[:min(size, max(HEAD_READ, parse_fixed(view[:24])[0]))], size, key)
             start, n = hdr.header_len, hdr.payload_len
             payload = view[start:start + n]
-            check_trailer(view[start + n:size], n, (payload,))
+            check_trailer(view[start + n:start + n + TRAILER_LEN], n, (payload,))
             out: Buffer = dest if dest is not None and dest.nbytes == n else bytearray(n)
             memoryview(out)[:] = payload
             payload.release()
             return hdr.meta, memoryview(out)
+        finally:
+            view.release()
+
+    def _read_direct_into(self, fd: int, size: int, key: BlockKey, dest: memoryview) -> tuple[BlockMeta, memoryview]:
+        """Copy-free O_DIRECT read: header page, payload straight into ``dest``, trailer page."""
+        scratch = self._scratch.get(2 * DIRECT_ALIGN)
+        view = memoryview(scratch)
+        try:
+            head, tail = view[:DIRECT_ALIGN], view[DIRECT_ALIGN: 2 * DIRECT_ALIGN]
+            got = os.preadv(fd, [head, dest, tail], 0)
+            if got != size:
+                raise CorruptBlockError(f"short read ({got} of {size} bytes)")
+            hdr = parse_header(head, size, key)
+            if hdr.header_len != DIRECT_ALIGN:
+                raise CorruptBlockError(f"header_len {hdr.header_len} does not match the file layout")
+            check_trailer(tail[:TRAILER_LEN], hdr.payload_len, (dest,))
+            return hdr.meta, dest
         finally:
             view.release()
 
@@ -343,6 +383,14 @@ def _pwritev_all(fd: int, bufs: list[Buffer], total: int) -> None:
         if n <= 0:
             raise OSError(errno.EIO, "short write")
         written += n
+
+
+def _is_aligned(buf: Buffer) -> bool:
+    """Page-aligned address and a whole number of 4 KiB pages: usable as an O_DIRECT iovec."""
+    n = memoryview(buf).nbytes
+    if n == 0 or n % DIRECT_ALIGN:
+        return False
+    return int(np.frombuffer(buf, np.uint8).ctypes.data) % DIRECT_ALIGN == 0
 
 
 def _fsync_dir(directory: str) -> None:

@@ -214,8 +214,8 @@ class CorruptionContract:
                 buf[30] ^= 0x01
             elif mutation == "flip_payload":
                 buf[len(buf) // 2] ^= 0x01
-            elif mutation == "flip_trailer_hash":
-                buf[-20] ^= 0x01
+            elif mutation == "flip_trailer_hash":  # the trailer ends with b"KCBL" (a zero pad may follow)
+                buf[buf.rfind(b"KCBL") - 12] ^= 0x01
             elif mutation == "append_garbage":
                 buf += b"garbage"
             return bytes(buf)
