@@ -183,22 +183,31 @@ def _valid_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | Non
     return None
 
 
-def format_validation_error(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> str:
-    """One line per problem: ``key.path: reason``; unknown keys list the valid ones."""
-    lines = []
+def validation_problems(exc: ValidationError, model: type[BaseModel]) -> list[tuple[str, str]]:
+    """``(key path, reason)`` per problem (path "" when it concerns no key); unknown keys list the valid ones.
+
+    The dashboard shows these next to the field they name; ``format_validation_error`` joins them.
+    """
+    problems = []
     for err in exc.errors():
         loc = tuple(err["loc"])
         where = ".".join(str(p) for p in loc) or "(top level)"
         if err["type"] == "extra_forbidden":
             valid = _valid_keys(model, loc[:-1])
-            msg = f"{prefix}{where}: unknown key" + (f"; valid keys: {', '.join(valid)}" if valid else "")
+            problems.append((where, "unknown key" + (f"; valid keys: {', '.join(valid)}" if valid else "")))
         elif err["type"] == "missing":
-            msg = f"{prefix}{where}: required key is missing"
+            problems.append((where, "required key is missing"))
         else:
-            reason = err["msg"].removeprefix("Value error, ")
-            msg = f"{prefix}{where}: {reason}" if loc else f"{prefix}{reason}"
-        lines.append(msg)
-    return "; ".join(lines)
+            problems.append((where if loc else "", err["msg"].removeprefix("Value error, ")))
+    return problems
+
+
+def format_validation_error(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> str:
+    """One line per problem: ``key.path: reason``; unknown keys list the valid ones."""
+    return "; ".join(
+        f"{prefix}{where}: {reason}" if where else f"{prefix}{reason}"
+        for where, reason in validation_problems(exc, model)
+    )
 
 
 def parse_text(text: str, fmt: Literal["toml", "yaml"]) -> dict[str, Any]:
