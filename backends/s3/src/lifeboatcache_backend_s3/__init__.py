@@ -1,0 +1,1 @@
+"""S3 tier for lifeboatcache: blocks in the core block format, one object per block."""

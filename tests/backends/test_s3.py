@@ -1,0 +1,228 @@
+"""S3 backend against moto's real HTTP server on loopback, with faults from a TCP proxy."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from hypothesis.stateful import run_state_machine_as_test
+from lifeboatcache_backend_s3.backend import S3Backend
+from lifeboatcache_backend_s3.config import S3Config
+from lifeboatcache_core.cache import TieredCache
+from lifeboatcache_core.chunkfile import BlockMeta
+from lifeboatcache_core.config import LifeboatConfig
+from lifeboatcache_core.errors import TierUnavailableError
+from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.testing import BackendContract, CorruptionContract, backend_state_machine
+from lifeboatcache_core.testing.contracts import key
+
+from tests.backends.backend_faultproxy import FaultProxy
+from tests.backends.backend_servers import MotoServer, free_port
+from tests.backends.conftest import AWS_TEST_ENV
+
+_names = itertools.count()
+
+
+def new_bucket(endpoint: str) -> str:
+    name = f"lifeboat-{next(_names)}-{secrets.token_hex(3)}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    return name
+
+
+def s3_options(endpoint: str, bucket: str, **extra: Any) -> dict[str, Any]:
+    return {"url": f"s3://{bucket}/kv", "endpoint_url": endpoint, "region": "us-east-1",
+            "max_attempts": 2, "connect_timeout_s": 1.0, "read_timeout_s": 2.0, **extra}
+
+
+def make_s3(endpoint: str, bucket: str | None = None, **extra: Any) -> S3Backend:
+    bucket = bucket or new_bucket(endpoint)
+    return S3Backend(S3Config(**s3_options(endpoint, bucket, **extra)), tier="s3")
+
+
+@pytest.fixture(scope="module")
+def contract_bucket(moto: MotoServer) -> Iterator[str]:
+    """One bucket for the contract tests; each test has its own prefix in it."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in AWS_TEST_ENV.items():
+            mp.setenv(name, value)
+        yield new_bucket(moto.endpoint)
+
+
+def contract_s3(endpoint: str, bucket: str, where: Path) -> S3Backend:
+    """A backend whose prefix is derived from ``where``: the same ``where`` reopens the same store."""
+    prefix = hashlib.sha256(str(where).encode()).hexdigest()[:16]
+    return S3Backend(S3Config(**{**s3_options(endpoint, bucket), "url": f"s3://{bucket}/{prefix}"}), tier="s3")
+
+
+@pytest.mark.usefixtures("aws_env")
+class TestS3Contract(BackendContract, CorruptionContract):
+    @pytest.fixture(autouse=True)
+    def _server(self, moto: MotoServer, contract_bucket: str) -> None:
+        self.endpoint, self.bucket = moto.endpoint, contract_bucket
+
+    def make_backend(self, tmp_path: Path) -> S3Backend:
+        return contract_s3(self.endpoint, self.bucket, tmp_path)
+
+    def damage(self, backend: S3Backend, k: BlockKey, mutate: Callable[[bytes], bytes]) -> None:
+        name = backend.object_name(k)
+        raw = backend.client.get_object(Bucket=backend.bucket, Key=name)["Body"].read()
+        backend.client.put_object(Bucket=backend.bucket, Key=name, Body=mutate(raw))
+
+    def test_read_lands_in_the_callers_buffer_without_a_copy(self, backend: S3Backend) -> None:
+        k, data = key(1), block(1, 10_000)
+        store(backend, k, data)
+        dest = memoryview(bytearray(len(data)))
+        assert backend.read(k, dest)[1].obj is dest.obj
+
+
+def test_s3_state_machine(moto: MotoServer, contract_bucket: str, aws_env: None) -> None:
+    machine = backend_state_machine(lambda d: contract_s3(moto.endpoint, contract_bucket, d), max_examples=3,
+                                    stateful_step_count=10)
+    run_state_machine_as_test(machine, settings=machine.TestCase.settings)
+
+
+def block(i: int, size: int = 3000) -> bytes:
+    return (i.to_bytes(4, "big") * (size // 4 + 1))[:size]
+
+
+def store(backend: S3Backend, k: BlockKey, data: bytes) -> int:
+    return backend.put(k, [memoryview(data)], BlockMeta.new(k, len(data)))
+
+
+@pytest.fixture
+def proxy(moto: MotoServer, aws_env: None) -> Iterator[FaultProxy]:
+    p = FaultProxy(moto.port).start()
+    yield p
+    p.stop()
+
+
+def test_quarantine_keeps_a_copy_under_bad(moto: MotoServer, aws_env: None) -> None:
+    backend = make_s3(moto.endpoint)
+    k = key(1)
+    store(backend, k, block(1))
+    backend.quarantine(k, "test")
+    names = [o["Key"] for o in backend.client.list_objects_v2(Bucket=backend.bucket)["Contents"]]
+    assert len(names) == 1 and names[0].startswith(f"kv/.bad/{k.namespace}/{k.hex}.")
+    assert list(backend.scan()) == []
+
+
+def test_large_block_multipart_upload_and_parallel_ranged_gets(moto: MotoServer, aws_env: None) -> None:
+    backend = make_s3(moto.endpoint, multipart_threshold_mb=5, part_size_mb=5, parallel_parts=3)
+    k, data = key(2), secrets.token_bytes(12 * 1024 * 1024 + 123)
+    stored = store(backend, k, data)
+    head = backend.client.head_object(Bucket=backend.bucket, Key=backend.object_name(k))
+    assert head["ContentLength"] == stored
+    assert head["ETag"].strip('"').endswith("-3")  # three parts: a multipart upload
+    dest = memoryview(bytearray(len(data)))
+    _, payload = backend.read(k, dest)
+    assert payload.obj is dest.obj and bytes(dest) == data
+
+
+def test_retries_absorb_one_throttle_and_one_reset(proxy: FaultProxy) -> None:
+    backend = make_s3(f"http://127.0.0.1:{proxy.port}", bucket=new_bucket(f"http://127.0.0.1:{proxy.upstream_port}"))
+    store(backend, key(1), block(1))
+    for mode in ("throttle", "reset", "http500"):
+        proxy.set(mode, budget=1)
+        assert bytes(backend.read(key(1))[1]) == block(1)
+
+
+def test_probe_reasons_name_the_problem(moto: MotoServer, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    def reason(backend: S3Backend) -> str:
+        backend.client.meta.config.retries["total_max_attempts"] = 1  # one try: the reason, quickly
+        with pytest.raises(TierUnavailableError) as info:
+            backend.probe()
+        return str(info.value)
+
+    via_proxy = f"http://127.0.0.1:{proxy.port}"
+    assert "bucket 'no-such-bucket' does not exist" in reason(make_s3(moto.endpoint, bucket="no-such-bucket"))
+    assert "cannot connect to http://127.0.0.1:" in reason(make_s3(f"http://127.0.0.1:{free_port()}", bucket="b"))
+    bucket = new_bucket(moto.endpoint)
+    proxy.set("forbidden")
+    assert "credentials rejected" in reason(make_s3(via_proxy, bucket=bucket))
+    proxy.set("throttle")
+    assert "throttling requests (HTTP 503 SlowDown)" in reason(make_s3(via_proxy, bucket=bucket))
+    proxy.set("slow", delay=3.0)
+    assert "did not answer in time" in reason(make_s3(via_proxy, bucket=bucket, read_timeout_s=0.3))
+    proxy.set("pass")
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    assert "no AWS credentials found" in reason(make_s3(moto.endpoint, bucket=bucket))
+
+
+def test_secrets_never_appear_in_config_repr_or_reasons(moto: MotoServer, tmp_path: Path) -> None:
+    cfg = S3Config(**s3_options(f"http://127.0.0.1:{free_port()}", "b"), access_key_id="AKIDSECRET",
+                   secret_access_key="verysecretvalue")
+    backend = S3Backend(cfg, tier="s3")
+    with pytest.raises(TierUnavailableError) as info:
+        backend.probe()
+    for text in (repr(cfg), str(cfg.model_dump()), str(info.value)):
+        assert "AKIDSECRET" not in text and "verysecretvalue" not in text
+
+
+@pytest.mark.parametrize("mode", ["http500", "throttle", "reset", "truncate", "slow"])
+def test_faults_while_serving_are_misses_and_mark_the_tier_down(proxy: FaultProxy, tmp_path: Path, mode: str) -> None:
+    """A failing S3 never crashes the caller or returns wrong bytes; health says why."""
+    bucket = new_bucket(f"http://127.0.0.1:{proxy.upstream_port}")
+    cache = TieredCache(LifeboatConfig.model_validate({
+        "tiers": [{"name": "s3", "backend": "s3", "capacity_gb": 1, "unhealthy_after": 2, "reprobe_seconds": 0.2,
+                   **s3_options(f"http://127.0.0.1:{proxy.port}", bucket, read_timeout_s=0.5)}],
+        "fallback_local": {"path": str(tmp_path / "fallback")},
+    }), background_index=False)
+    try:
+        keys = [key(i) for i in range(4)]
+        data = [block(i, 20_000) for i in range(4)]
+        assert cache.put(keys, data) == [True] * 4
+        proxy.set(mode, delay=2.0)
+        bufs = [bytearray(20_000) for _ in keys]
+        found = cache.get(keys, bufs)
+        assert found == [False] * 4
+        assert all(b == bytearray(20_000) or bytes(b) == d for b, d in zip(bufs, data, strict=True))
+        health = {h["tier"]: h for h in cache.health()}["s3"]
+        assert not health["up"] and "consecutive errors" in health["reason"]
+        assert cache.stats()["s3"]["errors"] >= 2
+        proxy.set("pass")
+        assert _wait(lambda: cache.health()[0]["up"]), cache.health()
+        assert cache.get(keys, bufs) == [True] * 4 and [bytes(b) for b in bufs] == data
+    finally:
+        cache.close()
+
+
+def test_unreachable_endpoint_starts_on_fallback_and_recovers(moto: MotoServer, aws_env: None, tmp_path: Path) -> None:
+    bucket = new_bucket(moto.endpoint)
+    port = free_port()  # nothing listens here yet
+    cache = TieredCache(LifeboatConfig.model_validate({
+        "tiers": [{"name": "s3", "backend": "s3", "capacity_gb": 1, "reprobe_seconds": 0.2,
+                   **s3_options(f"http://127.0.0.1:{port}", bucket)}],
+        "fallback_local": {"path": str(tmp_path / "fallback")},
+    }), background_index=False)
+    proxy = None
+    try:
+        health = {h["tier"]: h for h in cache.health()}
+        assert not health["s3"]["up"] and f"cannot connect to http://127.0.0.1:{port}" in health["s3"]["reason"]
+        assert health["fallback"]["up"]
+        assert cache.put([key(1)], [block(1)]) == [True]  # served by the local fallback
+        proxy = FaultProxy(moto.port, port=port).start()  # the endpoint comes back
+        assert _wait(lambda: cache.health()[0]["up"]), cache.health()
+        assert cache.put([key(2)], [block(2)]) == [True]
+        assert make_s3(moto.endpoint, bucket=bucket).exists(key(2))
+    finally:
+        cache.close()
+        if proxy is not None:
+            proxy.stop()
+
+
+def _wait(cond: Any, timeout: float = 10.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
