@@ -1,0 +1,213 @@
+"""The dashboard's HTTP app (starlette): page, Prometheus text, stats and the config API.
+
+Routes
+    GET  /                      the page (static, no CDN)
+    GET  /static/app.js|app.css fixed files: names come from a table, never from the URL path
+    GET  /metrics               Prometheus text for the whole node (metrics_node.NodeCollector)
+    GET  /api/stats             current numbers, per-tier health, recent events (JSON)
+    GET  /api/history           the sampled history, so charts are filled on first load
+    GET  /api/config            the running config (the dashboard token redacted)
+    POST /api/config/validate   validate a config with the same pydantic models; errors per field
+    POST /api/config            validate and apply live (needs the token); says what needs a restart
+
+Config writes need the token (``Authorization: Bearer …`` or ``X-Lifeboat-Token``). A config
+names plugins by registered name only, and is validated before anything is applied.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from lifeboatcache_core.cache import TieredCache
+from lifeboatcache_core.config import LifeboatConfig, validation_problems
+from lifeboatcache_core.metrics import LATENCY_BUCKETS, Sample, derived
+from lifeboatcache_core.metrics_node import NodeCollector, node_sample
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from lifeboatcache.dashboard.history import History
+
+REDACTED = "********"
+MAX_BODY_BYTES = 1 << 20
+STATIC_FILES = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
+
+
+def _static(name: str) -> bytes:
+    return resources.files("lifeboatcache.dashboard").joinpath("static", name).read_bytes()
+
+
+def latency_quantile(hist: dict[str, Any], q: float) -> float | None:
+    """Upper bound of the bucket holding quantile ``q`` (None without observations)."""
+    if not hist or not hist["count"]:
+        return None
+    rank, running = q * hist["count"], 0
+    for bound, count in zip(LATENCY_BUCKETS, hist["counts"], strict=False):
+        running += count
+        if running >= rank:
+            return bound
+    return float("inf")
+
+
+def stats_payload(sample: Sample, processes: int, cache: TieredCache, events: list[dict[str, Any]]) -> dict[str, Any]:
+    ratios = derived(sample)
+    order = [t.name for t in cache.all_tiers]
+    names = [n for n in order if n in sample["tiers"]] + sorted(set(sample["tiers"]) - set(order))
+    tiers = []
+    for name in names:
+        t = sample["tiers"][name]
+        tiers.append({
+            "name": name, **{k: v for k, v in t.items() if k != "latency"}, **ratios["tiers"][name],
+            "get_p50_s": latency_quantile(t["latency"].get("get", {}), 0.5),
+            "get_p99_s": latency_quantile(t["latency"].get("get", {}), 0.99),
+        })
+    jobs = sample["job_latency"]
+    return {
+        "t": time.time(),
+        "pid": os.getpid(),
+        "processes": processes,
+        "cache": sample["cache"],
+        "hit_rate_blocks": ratios["hit_rate_blocks"],
+        "hit_rate_tokens": ratios["hit_rate_tokens"],
+        "get_p50_s": latency_quantile(jobs.get("get", {}), 0.5),
+        "get_p99_s": latency_quantile(jobs.get("get", {}), 0.99),
+        "tiers": tiers,
+        "events": events,
+    }
+
+
+def redacted_config(config: LifeboatConfig) -> dict[str, Any]:
+    data = config.model_dump(mode="json")
+    if data["dashboard"].get("token"):
+        data["dashboard"]["token"] = REDACTED
+    return data
+
+
+def parse_config(data: Any, running: LifeboatConfig) -> tuple[LifeboatConfig | None, list[dict[str, str]]]:
+    """Validate ``data`` with the core's models: (config, []) or (None, [{loc, msg}, ...])."""
+    if not isinstance(data, dict):
+        return None, [{"loc": "", "msg": f"the config must be a JSON object, got {type(data).__name__}"}]
+    dashboard = data.get("dashboard")
+    if isinstance(dashboard, dict) and dashboard.get("token") == REDACTED:
+        dashboard["token"] = running.dashboard.token  # the page round-trips the redacted value
+    try:
+        return LifeboatConfig.model_validate(data), []
+    except ValidationError as exc:
+        return None, [{"loc": loc, "msg": msg} for loc, msg in validation_problems(exc, LifeboatConfig)]
+
+
+async def _json_body(request: Request) -> tuple[Any, JSONResponse | None]:
+    if int(request.headers.get("content-length") or 0) > MAX_BODY_BYTES:
+        return None, JSONResponse({"error": f"body larger than {MAX_BODY_BYTES} bytes"}, status_code=413)
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        return None, JSONResponse({"error": f"body larger than {MAX_BODY_BYTES} bytes"}, status_code=413)
+    try:
+        return json.loads(body), None
+    except ValueError as exc:
+        return None, JSONResponse({"ok": False, "errors": [{"loc": "", "msg": f"not valid JSON: {exc}"}]},
+                                  status_code=400)
+
+
+def create_app(cache: TieredCache, *, token: str, history: History | None = None, spool: Path | None = None,
+               allowed_hosts: list[str] | None = None) -> Starlette:
+    """The dashboard app for ``cache``; ``allowed_hosts`` guards loopback binds against DNS rebinding."""
+    if len(token) < 16:
+        raise ValueError("the dashboard token must have at least 16 characters")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(spool))
+    history = history or History(lambda: node_sample(spool)[0])
+    page = _static("index.html")
+    static = {name: (_static(name), media) for name, media in STATIC_FILES.items()}
+
+    def authorized(request: Request) -> JSONResponse | None:
+        given = request.headers.get("x-lifeboat-token") or ""
+        auth = request.headers.get("authorization") or ""
+        if auth.lower().startswith("bearer "):
+            given = auth[7:].strip()
+        if not given:
+            return JSONResponse({"error": "config writes need the dashboard token (printed at start, or "
+                                          "dashboard.token in the config): send it as X-Lifeboat-Token"},
+                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            return JSONResponse({"error": "wrong dashboard token"}, status_code=403)
+        return None
+
+    async def index(request: Request) -> Response:
+        return HTMLResponse(page, headers={"Cache-Control": "no-store"})
+
+    def static_file(name: str):  # type: ignore[no-untyped-def]
+        body, media = static[name]
+
+        async def serve(request: Request) -> Response:
+            return Response(body, media_type=media, headers={"Cache-Control": "no-store"})
+        return serve
+
+    async def metrics(request: Request) -> Response:
+        return Response(await run_in_threadpool(generate_latest, registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def stats(request: Request) -> Response:
+        sample, processes = await run_in_threadpool(node_sample, spool)
+        return JSONResponse(stats_payload(sample, processes, cache, history.recent_events()))
+
+    async def history_points(request: Request) -> Response:
+        return JSONResponse({"interval_s": history.interval_s, "points": history.recent_points()})
+
+    async def get_config(request: Request) -> Response:
+        last = cache.last_reconfiguration
+        return JSONResponse({"config": redacted_config(cache.config), "pid": os.getpid(),
+                             "restart_pending": last.restart if last else []})
+
+    async def validate(request: Request) -> Response:
+        data, problem = await _json_body(request)
+        if problem is not None:
+            return problem
+        config, errors = await run_in_threadpool(parse_config, data, cache.config)
+        return JSONResponse({"ok": config is not None, "errors": errors}, status_code=200 if config else 422)
+
+    async def post_config(request: Request) -> Response:
+        refused = authorized(request)
+        if refused is not None:
+            return refused
+        data, problem = await _json_body(request)
+        if problem is not None:
+            return problem
+        config, errors = await run_in_threadpool(parse_config, data, cache.config)
+        if config is None:
+            return JSONResponse({"ok": False, "errors": errors}, status_code=422)
+        restart = await run_in_threadpool(cache.apply_config, config)
+        result = cache.last_reconfiguration
+        applied = result.applied if result else []
+        for line in applied:
+            history.add_event("info", f"config: {line}")
+        for line in restart:
+            history.add_event("warning", f"config (needs restart): {line}")
+        return JSONResponse({"ok": True, "applied": applied, "restart": restart,
+                             "config": redacted_config(cache.config)})
+
+    routes = [
+        Route("/", index),
+        *(Route(f"/static/{name}", static_file(name)) for name in STATIC_FILES),
+        Route("/metrics", metrics),
+        Route("/api/stats", stats),
+        Route("/api/history", history_points),
+        Route("/api/config", get_config, methods=["GET"]),
+        Route("/api/config", post_config, methods=["POST"]),
+        Route("/api/config/validate", validate, methods=["POST"]),
+    ]
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] if allowed_hosts else []
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.history = history
+    return app
