@@ -1,0 +1,136 @@
+"""Run a scripted sequence of requests on an in-process vLLM engine; print one JSON result.
+
+Used by the engine tests and ``lifeboatcache bench returning``, each run in a fresh process
+(``python -m lifeboatcache_vllm.offline < plan.json``) so that "a restart" is a real new
+process. The engine runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: ~3 s start
+instead of ~20 s) with ``PYTHONHASHSEED=0`` so block hashes match across processes.
+
+Plan keys: ``model``, ``dtype``, ``max_model_len``, ``block_size``, ``num_gpu_blocks``
+(device-KV budget, small so sessions evict each other), ``connector``: "none" |
+"lifeboat" (explicit config: ``lifeboat_config``) | "env" (``LIFEBOAT_CACHE=1`` path) |
+"vllm_fs" (vLLM's own fs tier at ``fs_dir``), ``cpu_gb`` (vLLM's CPU tier), and ``steps``:
+``{"prompts": [[token ids], ...], "max_tokens": n, "one_by_one": bool, "reset": bool}``
+(``reset``: drop the engine's prefix cache and vLLM's CPU tier first, keeping the secondary
+tier). Result: per step the generated token ids, ``num_cached_tokens`` and seconds per
+request (time to first token when ``max_tokens`` is 1); ``lifeboat`` counters per tier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+ENGINE_ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "PYTHONHASHSEED": "0",
+    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+GIB = 1024**3
+
+
+def engine_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for an engine process (in-process engine core, stable block hashes)."""
+    env = dict(os.environ if base is None else base)
+    env.update(ENGINE_ENV)
+    return env
+
+
+def kv_transfer_config(plan: dict[str, Any]) -> dict[str, Any] | None:
+    """The connector config a plan asks for (None: no connector, or the env plugin decides)."""
+    connector = plan.get("connector", "none")
+    cpu_bytes = int(float(plan.get("cpu_gb", 0.5)) * GIB)
+    if connector == "lifeboat":
+        from lifeboatcache_vllm.autoenable import kv_transfer_config_dict
+
+        config = kv_transfer_config_dict(plan["lifeboat_config"])
+        config["kv_connector_extra_config"]["cpu_bytes_to_use"] = cpu_bytes
+        return config
+    if connector == "vllm_fs":
+        from lifeboatcache_vllm.autoenable import SPEC_MODULE, SPEC_NAME
+
+        # Our spec only for its CPU-backend worker and chunk default; the tier is vLLM's own.
+        return {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": {
+            "spec_name": SPEC_NAME, "spec_module_path": SPEC_MODULE, "cpu_bytes_to_use": cpu_bytes,
+            "offload_prompt_only": False, "block_size": int(plan.get("chunk_tokens", 256)),
+            "secondary_tiers": [{"type": "fs", "root_dir": plan["fs_dir"]}]}}
+    if connector in ("none", "env"):
+        return None
+    raise ValueError(f"unknown connector {connector!r}; use none, lifeboat, env or vllm_fs")
+
+
+def lifeboat_counters() -> dict[str, dict[str, float]]:
+    """lifeboatcache's Prometheus counters in this process, per tier."""
+    from prometheus_client import REGISTRY
+
+    out: dict[str, dict[str, float]] = {}
+    for family in REGISTRY.collect():
+        if not family.name.startswith("lifeboatcache_"):
+            continue
+        for sample in family.samples:
+            tier = sample.labels.get("tier")
+            if tier is not None and sample.name.endswith("_total"):
+                name = sample.name.removeprefix("lifeboatcache_").removesuffix("_total")
+                out.setdefault(tier, {})[name] = out.get(tier, {}).get(name, 0) + sample.value
+    return out
+
+
+def run(plan: dict[str, Any]) -> dict[str, Any]:
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    started = time.perf_counter()
+    llm = LLM(
+        model=plan["model"],
+        dtype=plan.get("dtype", "float32"),
+        max_model_len=int(plan.get("max_model_len", 4096)),
+        block_size=int(plan.get("block_size", 32)),
+        enable_prefix_caching=True,
+        num_gpu_blocks_override=plan.get("num_gpu_blocks"),
+        kv_cache_memory_bytes=int(plan.get("kv_cache_bytes", GIB)),
+        enforce_eager=True,
+        seed=0,
+        kv_transfer_config=kv_transfer_config(plan),
+        disable_log_stats=True,
+    )
+    result: dict[str, Any] = {"engine_start_s": time.perf_counter() - started, "steps": []}
+    for step in plan["steps"]:
+        if step.get("reset"):
+            llm.reset_prefix_cache(reset_connector=True)
+        params = SamplingParams(temperature=0.0, max_tokens=int(step.get("max_tokens", 8)), ignore_eos=True)
+        prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in step["prompts"]]
+        outputs, seconds = [], []
+        batches = [[p] for p in prompts] if step.get("one_by_one") else [prompts]
+        for batch in batches:
+            t0 = time.perf_counter()
+            outputs += llm.generate(batch, params, use_tqdm=False)
+            seconds += [time.perf_counter() - t0] * len(batch)
+        result["steps"].append({
+            "tokens": [list(o.outputs[0].token_ids) for o in outputs],
+            "cached": [int(o.num_cached_tokens or 0) for o in outputs],
+            "seconds": seconds,
+        })
+    # Stores are submitted at the start of the engine's next step and cascade to secondary
+    # tiers a step later: two tiny requests push the last session's chunks all the way down.
+    for _ in range(2):
+        llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3])], SamplingParams(max_tokens=1), use_tqdm=False)
+    result["lifeboat"] = lifeboat_counters()
+    llm.llm_engine.engine_core.shutdown()  # closes the tiers: queued writes finish first
+    return result
+
+
+def main() -> None:
+    plan = json.load(sys.stdin)
+    for key, value in ENGINE_ENV.items():
+        os.environ.setdefault(key, value)
+    result = run(plan)
+    sys.stdout.flush()
+    print("LIFEBOAT-RESULT " + json.dumps(result), flush=True)
+    os._exit(0)  # vLLM's in-process engine may hold non-daemon threads at exit
+
+
+if __name__ == "__main__":
+    main()

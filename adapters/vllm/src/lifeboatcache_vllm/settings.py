@@ -1,0 +1,83 @@
+"""Where the vLLM adapter gets its lifeboatcache configuration, and its vLLM-specific defaults.
+
+Import-light (no vLLM): used by the auto-enable plugin in every vLLM process, by the tier in
+EngineCore and by the launch helpers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from lifeboatcache_core.config import (
+    ENV_CONFIG,
+    EngineConfig,
+    LifeboatConfig,
+    TierConfig,
+    default_cache_dir,
+    load_config,
+    load_config_dict,
+)
+from lifeboatcache_core.errors import ConfigError
+
+#: set to 1 to let the ``vllm.general_plugins`` entry point enable lifeboatcache
+ENV_ENABLE = "LIFEBOAT_CACHE"
+#: the key of ``kv_connector_extra_config`` holding the lifeboatcache config mapping
+EXTRA_KEY = "lifeboatcache"
+AUTO_CHUNK_TOKENS = 256
+GIB = 1024**3
+MAX_DEFAULT_CPU_BYTES = 16 * GIB
+
+
+def enabled_by_env() -> bool:
+    return os.environ.get(ENV_ENABLE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def default_vllm_config() -> LifeboatConfig:
+    """No config given: one file tier under the user cache dir.
+
+    vLLM's own CPU tier already is the DRAM tier, so the core's default DRAM tier is left out.
+    """
+    tier = TierConfig(name="nvme", backend="file", capacity_gb=50, path=str(default_cache_dir() / "vllm"))
+    return LifeboatConfig(tiers=[tier])
+
+
+def resolve_config(source: dict[str, Any] | str | os.PathLike[str] | LifeboatConfig | None) -> LifeboatConfig:
+    """A mapping, a TOML/YAML path, a config, or None (``$LIFEBOAT_CACHE_CONFIG``, else defaults)."""
+    if isinstance(source, LifeboatConfig):
+        return source
+    if isinstance(source, dict):
+        return load_config_dict(source)
+    if isinstance(source, (str, Path)):
+        return load_config(source)
+    if source is None:
+        path = os.environ.get(ENV_CONFIG)
+        return load_config(path) if path else default_vllm_config()
+    raise ConfigError(
+        f"kv_connector_extra_config[{EXTRA_KEY!r}] must be a mapping or a config file path, "
+        f"got {type(source).__name__}; fix the value or remove it to use $LIFEBOAT_CACHE_CONFIG"
+    )
+
+
+def on_error_of(source: Any) -> str:
+    """``engine.on_error`` read leniently, so that a broken config still says how to fail."""
+    try:
+        return resolve_config(source).engine.on_error
+    except Exception:
+        engine = source.get("engine") if isinstance(source, dict) else None
+        value = engine.get("on_error") if isinstance(engine, dict) else None
+        return value if value in ("serve", "fail") else EngineConfig().on_error
+
+
+def default_cpu_bytes() -> int:
+    """vLLM's CPU tier when ``engine.native_cpu_gb`` is unset: a quarter of RAM, at most 16 GiB."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        total = 4 * GIB
+    return int(min(total // 4, MAX_DEFAULT_CPU_BYTES))
+
+
+def cpu_bytes(engine: EngineConfig) -> int:
+    return int(engine.native_cpu_gb * GIB) if engine.native_cpu_gb else default_cpu_bytes()

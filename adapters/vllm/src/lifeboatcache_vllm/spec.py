@@ -1,0 +1,104 @@
+"""``LifeboatOffloadingSpec``: vLLM's tiering spec with lifeboatcache's defaults and a CPU worker.
+
+Selected by ``kv_connector_extra_config = {"spec_name": "LifeboatOffloadingSpec",
+"spec_module_path": "lifeboatcache_vllm.spec", ...}`` (the auto-enable plugin writes that).
+Over ``TieringOffloadingSpec`` it
+
+- chooses the offloaded chunk: ``engine.native_block_tokens`` = "auto" gives 256 tokens when
+  every KV group has one block size that divides 256 (fewer, larger files: vLLM's default of
+  one engine block per chunk means thousands of small files), else one engine block;
+  an explicit ``block_size``/``blocks_per_chunk`` in the extra config always wins;
+- computes the namespace fingerprint once (``lifeboat_namespace``) for ``LifeboatTier``;
+- returns :class:`~lifeboatcache_vllm.worker.CpuOffloadingWorker` on vLLM's CPU platform,
+  where the stock spec refuses to offload.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from lifeboatcache_core.config import EngineConfig
+from lifeboatcache_core.errors import ConfigError
+from lifeboatcache_core.keys import Namespace
+from vllm.platforms import current_platform
+from vllm.v1.kv_offload.base import CanonicalKVCaches, OffloadingWorker
+from vllm.v1.kv_offload.config import OffloadingConfig
+from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
+from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
+
+from lifeboatcache_vllm.fingerprint import namespace_for
+from lifeboatcache_vllm.settings import AUTO_CHUNK_TOKENS, EXTRA_KEY, resolve_config
+
+log = logging.getLogger("lifeboatcache.vllm")
+
+
+def _engine_settings(extra: Any) -> EngineConfig:
+    try:
+        return resolve_config(extra.get(EXTRA_KEY)).engine
+    except (ConfigError, OSError, ValueError):
+        return EngineConfig()  # the tier reports the broken config (and honours on_error) itself
+
+
+def chunk_blocks(config: OffloadingConfig, native_block_tokens: int | str) -> int:
+    """Engine blocks per offloaded chunk for ``engine.native_block_tokens``."""
+    sizes = {g.tokens_per_block for g in config.groups}
+    if native_block_tokens == "auto":
+        if len(sizes) == 1:
+            (size,) = sizes
+            if size and AUTO_CHUNK_TOKENS % size == 0:
+                return AUTO_CHUNK_TOKENS // size
+        return 1
+    tokens = int(native_block_tokens)
+    if len(sizes) != 1:
+        raise ConfigError(f"engine.native_block_tokens = {tokens} needs one KV block size; this model has "
+                          f"{sorted(sizes)}; use native_block_tokens = 'auto'")
+    (size,) = sizes
+    if tokens <= 0 or tokens % size:
+        raise ConfigError(f"engine.native_block_tokens = {tokens} must be a positive multiple of the engine's "
+                          f"block size ({size} tokens); use {max(size, tokens // size * size)} or 'auto'")
+    return tokens // size
+
+
+def platform_name() -> str:
+    """The device family whose KV page bytes we store (CPU pages differ from GPU pages)."""
+    return str(getattr(current_platform, "device_type", "") or current_platform.device_name)
+
+
+class LifeboatOffloadingSpec(TieringOffloadingSpec):
+    """Tiering spec: CPU primary tier + lifeboatcache below it (see the module doc)."""
+
+    def __init__(self, config: OffloadingConfig) -> None:
+        extra = config.extra_config
+        if extra.get("block_size") is None and extra.get("blocks_per_chunk") is None:
+            blocks = chunk_blocks(config, _engine_settings(extra).native_block_tokens)
+            config = dataclasses.replace(config, cache=dataclasses.replace(config.cache, blocks_per_chunk=blocks))
+        super().__init__(config)
+        self.lifeboat_namespace: Namespace = namespace_for(
+            config, self.blocks_per_chunk, platform_name(), self.replicated_layout
+        )
+
+    def _uses_stock_worker(self) -> bool:
+        return bool(current_platform.is_cuda_alike() or current_platform.is_xpu())
+
+    def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
+        if self._uses_stock_worker():
+            return super().get_worker(kv_caches)
+        if self._worker is None:
+            if self.config.canonical_layout:
+                raise ValueError("canonical_layout is not supported on the CPU backend; remove it from "
+                                 "kv_connector_extra_config")
+            from lifeboatcache_vllm.worker import CpuOffloadingWorker
+
+            rank = 0 if self.replicated_layout else self.config.parallel.rank
+            region = SharedOffloadRegion(
+                engine_id=self._engine_id, num_chunks=self.num_chunks, rank=rank,
+                kv_bytes_per_chunk=self.kv_bytes_per_chunk, cpu_page_size=self.cpu_page_size_per_worker,
+            )
+            try:
+                self._worker = CpuOffloadingWorker(kv_caches, self.blocks_per_chunk, region)  # type: ignore[assignment]
+            except Exception:
+                region.cleanup()
+                raise
+        return self._worker  # type: ignore[return-value]

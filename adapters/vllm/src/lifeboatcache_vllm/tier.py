@@ -1,0 +1,263 @@
+"""``LifeboatTier``: a vLLM ``SecondaryTierManager`` backed by one lifeboatcache ``TieredCache``.
+
+vLLM fans every chunk stored in its CPU tier out to its secondary tiers and promotes a
+chunk from the first tier that has it. As one secondary tier, the whole lifeboatcache stack
+(NVMe -> NFS -> S3 chaining, capacity and eviction, codecs, integrity checks) sits below
+vLLM's CPU tier and costs one lookup.
+
+Runs in the EngineCore process under the tiering manager's lock, so nothing here blocks:
+``lookup`` answers from the cache's in-memory index (RETRY while a restarted tier is still
+indexing and a background existence check is pending), stores and loads are batched
+``submit_put``/``submit_get_into`` jobs on the cache's I/O threads, and results come back
+through ``get_finished_jobs``. A block that fails its checks is a miss for that key only
+(``successful_keys``): vLLM recomputes it. No tier failure ever raises into vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from lifeboatcache_core.abc import BlockHint, KVLayout
+from lifeboatcache_core.cache import JobResult as CacheJobResult
+from lifeboatcache_core.cache import TieredCache
+from lifeboatcache_core.config import LifeboatConfig
+from lifeboatcache_core.keys import BlockKey, Namespace
+from vllm.v1.kv_offload.base import (
+    Locality,
+    LookupResult,
+    Medium,
+    OffloadKey,
+    ReqContext,
+    RequestOffloadingContext,
+)
+from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
+
+from lifeboatcache_vllm.fingerprint import namespace_for
+from lifeboatcache_vllm.settings import EXTRA_KEY, on_error_of, resolve_config
+
+log = logging.getLogger("lifeboatcache.vllm")
+
+_ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+@dataclass
+class _Pending:
+    """A vLLM job in flight as one cache job; ``done`` holds keys already known present (stores)."""
+
+    job_id: int
+    keys: list[OffloadKey]
+    is_load: bool
+    submitted: float
+    nbytes: int
+
+
+class LifeboatTierError(RuntimeError):
+    """The tier could not start and ``engine.on_error = "fail"``."""
+
+
+class LifeboatTier(SecondaryTierManager):
+    """lifeboatcache below vLLM's CPU tier. Extra keys of its ``secondary_tiers`` entry:
+
+    ``config``: a lifeboatcache config mapping or a TOML/YAML path (default: the spec's
+    ``kv_connector_extra_config["lifeboatcache"]``, else ``$LIFEBOAT_CACHE_CONFIG``, else
+    one file tier under the user cache dir); ``locality``: "LOCAL" (default) or "REMOTE".
+    """
+
+    medium: ClassVar[Medium] = Medium.STORAGE
+
+    def __init__(self, offloading_spec: Any, primary_kv_view: memoryview, tier_type: str,
+                 backpressure_detector: Any = None, locality: str | None = None,
+                 config: dict[str, Any] | str | None = None, **unknown: Any) -> None:
+        super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
+        self.cache: TieredCache | None = None
+        self._pending: dict[int, _Pending] = {}
+        self._ready: list[JobResult] = []
+        self._lookups: dict[OffloadKey, Future[bool]] = {}
+        self._lookup_pool: ThreadPoolExecutor | None = None
+        # (chunks, row bytes) numpy view of the primary region: row slices without copies
+        self._primary_rows: np.ndarray = np.asarray(primary_kv_view)
+        source = config if config is not None else offloading_spec.extra_config.get(EXTRA_KEY)
+        try:
+            if unknown:
+                raise TypeError(f"unknown keys {sorted(unknown)} in its secondary_tiers entry; valid extra keys: "
+                                "config, locality")
+            self.locality = Locality[(locality or "LOCAL").upper()]
+            settings = resolve_config(source)
+            self.namespace = getattr(offloading_spec, "lifeboat_namespace", None) or namespace_for(
+                offloading_spec.config, offloading_spec.blocks_per_chunk, "unknown",
+                getattr(offloading_spec, "replicated_layout", False))
+            self._payload_bytes = self._chunk_payload_bytes(offloading_spec)
+            self._layout = self._chunk_layout(offloading_spec, self.namespace)
+            self.cache = self._open(settings)
+        except Exception as exc:
+            self._give_up(exc, on_error_of(source))
+
+    # ------------------------------------------------------------------ set-up
+
+    def _open(self, settings: LifeboatConfig) -> TieredCache:
+        cache = TieredCache(settings)
+        try:
+            cache.register_namespace(self.namespace)
+            down = [f"{t.name}: {t.reason}" for t in cache.all_tiers if not t.up]
+            if down and settings.engine.on_error == "fail":
+                raise LifeboatTierError(f"tiers not available: {'; '.join(down)}")
+        except Exception:
+            cache.close()
+            raise
+        log.info("lifeboatcache tier ready: namespace %s, tiers %s, %d-byte chunks",
+                 self.namespace.id, [t.name for t in cache.tiers], self._payload_bytes)
+        return cache
+
+    def _give_up(self, exc: Exception, on_error: str) -> None:
+        if on_error == "fail":
+            raise LifeboatTierError(
+                f"lifeboatcache tier cannot start: {exc}. vLLM refuses to start because engine.on_error = "
+                f"'fail'; fix the config or set engine.on_error = 'serve' to run without the tier"
+            ) from exc
+        log.error("lifeboatcache tier disabled, vLLM serves without it: %s (engine.on_error = 'serve'; "
+                  "set 'fail' to refuse to start instead)", exc)
+        self.cache = None
+
+    @staticmethod
+    def _chunk_payload_bytes(spec: Any) -> int:
+        """Bytes of KV in one primary row (the row is padded to 4 KiB; padding is not stored)."""
+        copies = 1 if getattr(spec, "replicated_layout", False) else spec.config.parallel.world_size
+        return int(spec.config.worker_kv_bytes_per_block * copies * spec.blocks_per_chunk) or spec.kv_bytes_per_chunk
+
+    def _chunk_layout(self, spec: Any, namespace: Namespace) -> KVLayout | None:
+        """(layer, block, page) when one rank and one KV group: enough for dtype-aware codecs."""
+        element = _ELEMENT_BYTES.get(namespace.dtype)
+        groups = spec.config.groups
+        if element is None or spec.config.parallel.world_size != 1 or len(groups) != 1:
+            return None
+        layers, bpc = len(groups[0].layer_names), spec.blocks_per_chunk
+        per_page, rest = divmod(self._payload_bytes, layers * bpc * element)
+        if rest or per_page == 0:
+            return None
+        return KVLayout(namespace.dtype, (layers, bpc, per_page), ("layer", "block", "page"))
+
+    @property
+    def enabled(self) -> bool:
+        return self.cache is not None
+
+    def _key(self, key: OffloadKey) -> BlockKey:
+        return BlockKey(self.namespace.id, bytes(key))
+
+    def _rows(self, chunk_ids: Iterable[int]) -> list[memoryview]:
+        rows, size = self._primary_rows, self._payload_bytes
+        return [rows[int(c), :size] for c in chunk_ids]
+
+    # ------------------------------------------------------------------ lookups
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        cache = self.cache
+        if cache is None:
+            return LookupResult.MISS
+        if all(t.index_complete for t in cache.tiers):
+            return LookupResult.HIT if cache.exists([self._key(key)])[0] else LookupResult.MISS
+        # A restarted tier is still indexing: an existence check may touch storage, so it
+        # runs off the scheduler thread and vLLM asks again.
+        future = self._lookups.get(key)
+        if future is None:
+            if self._lookup_pool is None:
+                self._lookup_pool = ThreadPoolExecutor(1, thread_name_prefix="lifeboat-lookup")
+            self._lookups[key] = self._lookup_pool.submit(lambda k=self._key(key): cache.exists([k])[0])
+            return LookupResult.RETRY
+        if not future.done():
+            return LookupResult.RETRY
+        del self._lookups[key]
+        return LookupResult.HIT if future.result() else LookupResult.MISS
+
+    # ------------------------------------------------------------------ transfers
+
+    def submit_store(self, job_metadata: TransferJob) -> None:
+        keys = list(job_metadata.keys)
+        cache = self.cache
+        if cache is None:
+            self._ready.append(JobResult(job_metadata.job_id, success=False))
+            return
+        block_keys = [self._key(k) for k in keys]
+        present = cache.exists(block_keys)
+        todo = [i for i, here in enumerate(present) if not here]
+        if not todo:
+            self._ready.append(JobResult(job_metadata.job_id, success=True, transfer_time=0.0, transfer_bytes=0))
+            return
+        rows = self._rows(job_metadata.chunk_ids[i] for i in todo)
+        hint = BlockHint(tag=job_metadata.req_context.req_id)
+        cache_job = cache.submit_put([block_keys[i] for i in todo], rows, layout=self._layout,
+                                     hints=[hint] * len(todo))
+        self._pending[cache_job] = _Pending(job_metadata.job_id, [keys[i] for i in todo], False,
+                                            time.monotonic(), len(todo) * self._payload_bytes)
+
+    def submit_load(self, job_metadata: TransferJob) -> None:
+        keys = list(job_metadata.keys)
+        cache = self.cache
+        if cache is None:
+            self._ready.append(JobResult(job_metadata.job_id, success=False, successful_keys=[]))
+            return
+        cache_job = cache.submit_get_into([self._key(k) for k in keys], self._rows(job_metadata.chunk_ids))
+        self._pending[cache_job] = _Pending(job_metadata.job_id, keys, True, time.monotonic(),
+                                            len(keys) * self._payload_bytes)
+
+    def _result(self, done: CacheJobResult) -> JobResult | None:
+        job = self._pending.pop(done.job_id, None)
+        if job is None:
+            return None
+        ok = all(done.ok)
+        partial = None if ok or not job.is_load else [k for k, hit in zip(job.keys, done.ok, strict=True) if hit]
+        if not ok and not job.is_load:
+            log.debug("lifeboatcache: %d of %d chunks not stored", done.ok.count(False), len(done.ok))
+        moved = done.count * self._payload_bytes
+        return JobResult(job.job_id, success=ok, successful_keys=partial,
+                         transfer_time=time.monotonic() - job.submitted, transfer_bytes=moved)
+
+    def get_finished_jobs(self) -> Iterable[JobResult]:
+        out, self._ready = self._ready, []
+        if self.cache is not None and self._pending:
+            for done in self.cache.poll():
+                result = self._result(done)
+                if result is not None:
+                    out.append(result)
+        return out
+
+    def has_pending_work(self) -> bool:
+        return bool(self._pending or self._ready)
+
+    def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        """Recency is tracked by the cache's own policy on reads; nothing to do per touch."""
+
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        return RequestOffloadingContext()
+
+    def drain_jobs(self) -> None:
+        if self.cache is None:
+            return
+        for cache_job in list(self._pending):
+            try:
+                done = self.cache.wait(cache_job)
+            except KeyError:  # already finished and polled into another path
+                continue
+            result = self._result(done)
+            if result is not None:
+                self._ready.append(result)
+
+    def shutdown(self) -> None:
+        if self.cache is None:
+            return
+        self.drain_jobs()
+        if self._lookup_pool is not None:
+            self._lookup_pool.shutdown(wait=True, cancel_futures=True)
+        self.cache.close()
+        self.cache = None
+        # release our export of the primary view: vLLM closes its mmap right after this
+        self._primary_rows = np.empty((0, 0), np.uint8)
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per-tier counters of the underlying cache (hits, corrupt_blocks, ...)."""
+        return self.cache.stats() if self.cache is not None else {}
