@@ -204,6 +204,8 @@ def read_block_stream(readinto: Callable[[memoryview], int | None], total_len: i
     reports it. A stream that ends early raises ``OSError`` (a transport failure, so the stored
     block is not quarantined); a block that does not verify raises ``CorruptBlockError``.
     """
+    if total_len < FIXED_LEN + TRAILER_LEN:
+        raise CorruptBlockError(f"truncated block ({total_len} bytes)")
     head = bytearray(FIXED_LEN)
     _fill(readinto, memoryview(head), total_len)
     header_len = parse_fixed(head)[0]
