@@ -8,7 +8,8 @@ instead of ~20 s) with ``PYTHONHASHSEED=0`` so block hashes match across process
 Plan keys: ``model``, ``dtype``, ``max_model_len``, ``block_size``, ``num_gpu_blocks``
 (device-KV budget, small so sessions evict each other), ``connector``: "none" |
 "lifeboat" (explicit config: ``lifeboat_config``) | "env" (``LIFEBOAT_CACHE=1`` path) |
-"vllm_fs" (vLLM's own fs tier at ``fs_dir``), ``cpu_gb`` (vLLM's CPU tier), and ``steps``:
+"vllm_fs" (vLLM's own fs tier at ``fs_dir``), ``tier_type``/``tier_module`` (another
+tier class for "lifeboat"), ``cpu_gb`` (vLLM's CPU tier), and ``steps``:
 ``{"prompts": [[token ids], ...], "max_tokens": n, "one_by_one": bool, "reset": bool}``
 (``reset``: drop the engine's prefix cache and vLLM's CPU tier first, keeping the secondary
 tier). Result: per step the generated token ids, ``num_cached_tokens`` and seconds per
@@ -47,7 +48,10 @@ def kv_transfer_config(plan: dict[str, Any]) -> dict[str, Any] | None:
         from lifeboatcache_vllm.autoenable import kv_transfer_config_dict
 
         config = kv_transfer_config_dict(plan["lifeboat_config"])
-        config["kv_connector_extra_config"]["cpu_bytes_to_use"] = cpu_bytes
+        extra = config["kv_connector_extra_config"]
+        extra["cpu_bytes_to_use"] = cpu_bytes
+        if plan.get("tier_module"):  # a LifeboatTier subclass (tests' negative control)
+            extra["secondary_tiers"] = [{"type": plan["tier_type"], "module_path": plan["tier_module"]}]
         return config
     if connector == "vllm_fs":
         from lifeboatcache_vllm.autoenable import SPEC_MODULE, SPEC_NAME

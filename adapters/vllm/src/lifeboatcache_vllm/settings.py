@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lifeboatcache_core.config import (
     ENV_CONFIG,
@@ -18,6 +18,7 @@ from lifeboatcache_core.config import (
     default_cache_dir,
     load_config,
     load_config_dict,
+    parse_text,
 )
 from lifeboatcache_core.errors import ConfigError
 
@@ -65,6 +66,14 @@ def on_error_of(source: Any) -> str:
     try:
         return resolve_config(source).engine.on_error
     except Exception:
+        if source is None:
+            source = os.environ.get(ENV_CONFIG)
+        if isinstance(source, (str, Path)):
+            try:
+                fmt: Literal["toml", "yaml"] = "yaml" if Path(source).suffix in (".yaml", ".yml") else "toml"
+                source = parse_text(Path(source).read_text(), fmt)
+            except (OSError, ConfigError):
+                source = None
         engine = source.get("engine") if isinstance(source, dict) else None
         value = engine.get("on_error") if isinstance(engine, dict) else None
         return value if value in ("serve", "fail") else EngineConfig().on_error

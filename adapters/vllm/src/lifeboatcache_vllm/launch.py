@@ -1,0 +1,135 @@
+"""Build (and start) ``vllm serve`` with or without lifeboatcache: one place for tests, benches, demos.
+
+:func:`vllm_serve_command` returns the argv and environment; :class:`VllmServer` starts it on
+loopback, waits for ``/health`` and stops it by PID (the whole process group: vLLM forks an
+EngineCore process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lifeboatcache_vllm.settings import ENV_ENABLE
+
+GIB = 1024**3
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServeOptions:
+    """Engine settings that matter for KV reuse; everything else is vLLM's default."""
+
+    model: str
+    port: int = 0
+    dtype: str = "bfloat16"
+    max_model_len: int = 8192
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+    kv_cache_bytes: int = 2 * GIB
+    lifeboat: bool = True  #: set LIFEBOAT_CACHE=1 (the plugin then configures the connector)
+    lifeboat_config: str | None = None  #: a TOML/YAML path for LIFEBOAT_CACHE_CONFIG
+    kv_transfer_config: dict[str, Any] | None = None  #: an explicit --kv-transfer-config
+    extra_args: list[str] = field(default_factory=list)
+
+
+def vllm_serve_command(options: ServeOptions,
+                       base_env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """(argv, env) of ``vllm serve`` for ``options``; the port is chosen when 0."""
+    port = options.port or free_port()
+    argv = [
+        str(Path(sys.executable).with_name("vllm")), "serve", options.model,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", options.dtype, "--max-model-len", str(options.max_model_len),
+        "--enforce-eager", "--enable-prefix-caching", "--enable-prompt-tokens-details",
+        "--kv-cache-memory-bytes", str(options.kv_cache_bytes), "--seed", "0",
+    ]
+    if options.block_size:
+        argv += ["--block-size", str(options.block_size)]
+    if options.num_gpu_blocks:
+        argv += ["--num-gpu-blocks-override", str(options.num_gpu_blocks)]
+    if options.kv_transfer_config is not None:
+        argv += ["--kv-transfer-config", json.dumps(options.kv_transfer_config)]
+    argv += options.extra_args
+    env = dict(os.environ if base_env is None else base_env)
+    env.update({"PYTHONHASHSEED": "0", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "TOKENIZERS_PARALLELISM": "false"})
+    env.pop(ENV_ENABLE, None)
+    if options.lifeboat:
+        env[ENV_ENABLE] = "1"
+    if options.lifeboat_config:
+        env["LIFEBOAT_CACHE_CONFIG"] = options.lifeboat_config
+    return argv, env
+
+
+class VllmServer:
+    """A ``vllm serve`` process on loopback, started and stopped by this object."""
+
+    def __init__(self, options: ServeOptions, log_path: Path) -> None:
+        self.argv, self.env = vllm_serve_command(options)
+        self.port = int(self.argv[self.argv.index("--port") + 1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 600.0) -> VllmServer:
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vllm serve exited with {self.proc.returncode}; log: {self.log_path}\n"
+                                   + self.log()[-4000:])
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(1.0)
+        self.stop()
+        raise TimeoutError(f"vllm serve not healthy after {timeout:.0f}s; log: {self.log_path}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def complete(self, prompt: list[int] | str, max_tokens: int = 8, timeout: float = 600.0) -> dict[str, Any]:
+        """One greedy ``/v1/completions`` request; returns the response JSON."""
+        body = json.dumps({"model": self.argv[2], "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+                           "ignore_eos": True}).encode()
+        request = urllib.request.Request(self.url + "/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            return json.loads(resp.read())
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM the server's process group (by the PID we started), then SIGKILL if needed."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout)
+
+    def __enter__(self) -> VllmServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

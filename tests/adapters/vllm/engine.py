@@ -1,0 +1,59 @@
+"""Helpers for the vLLM engine tests: run a plan in a fresh engine process, make sessions."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from lifeboatcache_vllm.offline import engine_env
+
+REPO = Path(__file__).resolve().parents[3]
+RESULT_PREFIX = "LIFEBOAT-RESULT "
+
+# A device-KV budget of 48 blocks x 32 tokens (1,536 tokens) for four 600-token sessions:
+# the sessions evict each other from the engine's own prefix cache.
+ENGINE = {"dtype": "float32", "max_model_len": 1024, "block_size": 32, "num_gpu_blocks": 48,
+          "kv_cache_bytes": 256 * 1024**2}
+PROMPT_TOKENS = 600
+FOLLOW_UP_TOKENS = 64
+ANSWER_TOKENS = 8
+CHUNK_TOKENS = 256  # engine.native_block_tokens = "auto"
+
+
+def run_engine(plan: dict[str, Any], log: Path, timeout: float = 900.0) -> dict[str, Any]:
+    """Run ``plan`` with ``python -m lifeboatcache_vllm.offline`` in a new process; its result."""
+    with open(log, "w") as out:
+        proc = subprocess.run([sys.executable, "-m", "lifeboatcache_vllm.offline"], input=json.dumps(plan),
+                              text=True, stdout=subprocess.PIPE, stderr=out, cwd=REPO, env=engine_env(),
+                              timeout=timeout, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+    assert proc.returncode == 0 and lines, (
+        f"engine run failed (exit {proc.returncode}); last log lines:\n" + log.read_text()[-5000:]
+    )
+    return json.loads(lines[-1].removeprefix(RESULT_PREFIX))
+
+
+def first_turns(n: int = 4, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(1000, 40000) for _ in range(PROMPT_TOKENS)] for _ in range(n)]
+
+
+def returning_turns(first: list[list[int]], answers: list[list[int]], seed: int = 1) -> list[list[int]]:
+    """Each session comes back with its first prompt, the answer and a new user message."""
+    rng = random.Random(seed)
+    return [p + a + [rng.randrange(1000, 40000) for _ in range(FOLLOW_UP_TOKENS)]
+            for p, a in zip(first, answers, strict=True)]
+
+
+def tier_config(path: Path, cpu_gb: float = 0.05) -> dict[str, Any]:
+    return {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 2, "path": str(path)}],
+            "engine": {"native_cpu_gb": cpu_gb}}
+
+
+def full_chunk_tokens(prompt: list[int]) -> int:
+    """Tokens of ``prompt`` in full offloaded chunks (the last token is always computed)."""
+    return (len(prompt) - 1) // CHUNK_TOKENS * CHUNK_TOKENS

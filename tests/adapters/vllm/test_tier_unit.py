@@ -1,0 +1,231 @@
+"""LifeboatTier, the spec's chunk choice, the CPU worker and the auto-enable plugin without an engine.
+
+The tier is built the way vLLM's ``SecondaryTierFactory`` builds it, with a stub spec and a
+2-D view standing in for the primary region (vllm-offloading.md §4.6), over a real
+TieredCache with a real file tier.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from lifeboatcache_core.errors import ConfigError
+from lifeboatcache_vllm import autoenable
+from lifeboatcache_vllm.spec import chunk_blocks
+from lifeboatcache_vllm.tier import LifeboatTier, LifeboatTierError
+from lifeboatcache_vllm.worker import CpuOffloadingWorker
+from vllm.v1.kv_offload.base import (
+    CanonicalKVCacheRef,
+    CanonicalKVCaches,
+    CanonicalKVCacheTensor,
+    GPULoadStoreSpec,
+    LookupResult,
+    ReqContext,
+)
+from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
+from vllm.v1.kv_offload.tiering.base import JobResult, TransferJob
+
+LAYERS, BLOCKS_PER_CHUNK, PAGE = 2, 4, 512
+PAYLOAD = LAYERS * BLOCKS_PER_CHUNK * PAGE
+SLOT = 8192  # payload rounded up to 4 KiB, as vLLM pads primary rows
+CHUNKS = 8
+
+
+def stub_spec(extra: dict[str, Any] | None = None, tokens_per_block: int = 32) -> SimpleNamespace:
+    config = SimpleNamespace(
+        groups=(SimpleNamespace(tokens_per_block=tokens_per_block, layer_names=("l0", "l1")),),
+        worker_kv_bytes_per_block=LAYERS * PAGE,
+        model=SimpleNamespace(name="stub-model", dtype="bfloat16"),
+        cache=SimpleNamespace(tokens_per_hash=tokens_per_block, blocks_per_chunk=BLOCKS_PER_CHUNK),
+        parallel=SimpleNamespace(rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1),
+        kv_cache_layout=None, canonical_layout=False,
+    )
+    return SimpleNamespace(config=config, extra_config=extra or {}, blocks_per_chunk=BLOCKS_PER_CHUNK,
+                           kv_bytes_per_chunk=SLOT, replicated_layout=False)
+
+
+def make_tier(config: Any, extra: dict[str, Any] | None = None, **kwargs: Any) -> tuple[LifeboatTier, np.ndarray]:
+    region = np.zeros((CHUNKS, SLOT), np.uint8)
+    view = memoryview(region)
+    tier = LifeboatTier(stub_spec(extra), view, "LifeboatTier", config=config, **kwargs)
+    return tier, region
+
+
+def file_config(path: Path, **engine: Any) -> dict[str, Any]:
+    return {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 1, "path": str(path)}],
+            "engine": engine}
+
+
+def finish(tier: LifeboatTier, job_id: int, timeout: float = 10.0) -> JobResult:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for result in tier.get_finished_jobs():
+            if result.job_id == job_id:
+                return result
+        time.sleep(0.005)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+def job(job_id: int, keys: list[bytes], chunks: list[int], promotion: bool) -> TransferJob:
+    return TransferJob(job_id, keys, np.asarray(chunks, np.int32), promotion, ReqContext(req_id="r1"))
+
+
+KEYS = [bytes([i]) * 32 + b"\0\0\0\0" for i in range(1, 5)]  # sha256 block hash + group index
+
+
+def test_store_then_load_round_trips_rows_and_reports_hits(tmp_path: Path) -> None:
+    tier, region = make_tier(file_config(tmp_path / "t"))
+    rng = np.random.default_rng(0)
+    region[:4, :PAYLOAD] = rng.integers(0, 256, (4, PAYLOAD), np.uint8)
+    original = region[:4].copy()
+    assert tier.lookup(KEYS[0], ReqContext(req_id="r1")) is LookupResult.MISS
+    tier.submit_store(job(1, KEYS, [0, 1, 2, 3], False))
+    assert finish(tier, 1).success
+    assert [tier.lookup(k, ReqContext(req_id="r2")) for k in KEYS] == [LookupResult.HIT] * 4
+    tier.submit_load(job(2, KEYS[::-1], [4, 5, 6, 7], True))
+    loaded = finish(tier, 2)
+    assert loaded.success and loaded.successful_keys is None
+    assert np.array_equal(region[4:8, :PAYLOAD], original[::-1, :PAYLOAD])
+    assert not region[4:8, PAYLOAD:].any()  # the row padding is neither stored nor written
+    tier.submit_store(job(3, KEYS[:2], [0, 1], False))  # already present: nothing rewritten
+    assert finish(tier, 3).success
+    assert tier.stats()["nvme"]["puts"] == 4
+    tier.shutdown()
+
+
+def test_corrupt_block_is_a_partial_promotion_not_an_error(tmp_path: Path) -> None:
+    tier, region = make_tier(file_config(tmp_path / "t"))
+    region[:4, :PAYLOAD] = 7
+    tier.submit_store(job(1, KEYS, [0, 1, 2, 3], False))
+    assert finish(tier, 1).success
+    tier.shutdown()
+    victim = next(p for p in (tmp_path / "t").rglob("*.lbk") if KEYS[1].hex() in p.name)
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    tier, region = make_tier(file_config(tmp_path / "t"))  # a restart on the same directory
+    tier.submit_load(job(2, KEYS, [4, 5, 6, 7], True))
+    result = finish(tier, 2)
+    assert not result.success
+    assert set(result.successful_keys or ()) == {KEYS[0], KEYS[2], KEYS[3]}
+    assert tier.stats()["nvme"]["corrupt_blocks"] == 1
+    assert tier.lookup(KEYS[1], ReqContext(req_id="r3")) is LookupResult.MISS
+    tier.shutdown()
+
+
+@pytest.mark.parametrize("config, kwargs", [
+    ({"tiers": [{"backend": "nvmee", "capacity_gb": 1}]}, {}),  # unknown backend name
+    ({"tiers": "nvme"}, {}),  # wrong type
+    ({"tiers": [{"backend": "file", "capacity_gb": "lots", "path": "/tmp/x"}]}, {}),
+    (None, {"nvme_dir": "/tmp/x"}),  # a key the tier does not take
+])
+def test_bad_config_serves_without_tier_or_refuses(config: Any, kwargs: dict[str, Any], tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR, logger="lifeboatcache.vllm"):
+        tier, _ = make_tier(config, **kwargs)
+    assert not tier.enabled
+    assert len([r for r in caplog.records if "serves without it" in r.message]) == 1
+    assert tier.lookup(KEYS[0], ReqContext(req_id="r")) is LookupResult.MISS
+    tier.submit_load(job(5, KEYS[:1], [0], True))
+    assert tier.get_finished_jobs() == [JobResult(5, success=False, successful_keys=[])]
+    failing = dict(config) if isinstance(config, dict) else {}
+    failing["engine"] = {"on_error": "fail"}
+    with pytest.raises(LifeboatTierError, match="on_error = 'fail'"):
+        make_tier(failing, **kwargs)
+
+
+def test_unwritable_directory_fails_only_when_asked(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(LifeboatTierError, match="not available"):
+        make_tier({**file_config(blocker / "tier", on_error="fail"),
+                   "fallback_local": {"path": str(tmp_path / "fb")}})
+    tier, _ = make_tier({**file_config(blocker / "tier"), "fallback_local": {"path": str(tmp_path / "fb")}})
+    assert tier.enabled  # serves, on the local fallback tier
+    assert [t.name for t in tier.cache.tiers] == ["fallback"]
+    tier.shutdown()
+
+
+def test_chunk_choice() -> None:
+    config = stub_spec().config
+    assert chunk_blocks(config, "auto") == 8  # 256 tokens of 32-token blocks
+    assert chunk_blocks(config, 512) == 16
+    config.groups = (SimpleNamespace(tokens_per_block=48, layer_names=("l0",)),)
+    assert chunk_blocks(config, "auto") == 1  # 48 does not divide 256: one engine block
+    with pytest.raises(ConfigError, match="multiple of the engine's block size"):
+        chunk_blocks(config, 100)
+
+
+class _Region:
+    """Stands in for SharedOffloadRegion: rows of ``row`` bytes, each worker view a column slice."""
+
+    def __init__(self, chunks: int, row: int) -> None:
+        self.base = torch.zeros((chunks, row), dtype=torch.int8)
+        self.offset = 0
+        self.cleaned = False
+
+    def create_next_worker_view(self, size: int) -> torch.Tensor:
+        view = self.base[:, self.offset:self.offset + size]
+        self.offset += size
+        return view
+
+    def cleanup(self) -> None:
+        self.cleaned = True
+
+
+def test_cpu_worker_moves_unaligned_groups_like_vllm() -> None:
+    """Blocks 2..9 of a request (chunks of 4 blocks): the first chunk is entered at block 2."""
+    layers = [torch.randint(-128, 127, (16, 64), dtype=torch.int8) for _ in range(LAYERS)]
+    caches = CanonicalKVCaches([CanonicalKVCacheTensor(t, 64) for t in layers],
+                               [[CanonicalKVCacheRef(i, 64) for i in range(LAYERS)]])
+    region = _Region(6, LAYERS * 64 * BLOCKS_PER_CHUNK + 128)
+    worker = CpuOffloadingWorker(caches, BLOCKS_PER_CHUNK, region)
+    engine_blocks = [3, 7, 1, 12, 5, 9, 0, 14]
+    assert worker.submit_store(1, GPULoadStoreSpec(engine_blocks, [8], [2]), CPULoadStoreSpec([4, 0, 5]))
+    for layer, tensor in enumerate(layers):
+        host = region.base[:, layer * 256:(layer + 1) * 256].reshape(6, BLOCKS_PER_CHUNK, 64)
+        flat = [(c, s) for c in (4, 0, 5) for s in range(BLOCKS_PER_CHUNK)][2:10]
+        for (chunk, slot), block in zip(flat, engine_blocks, strict=True):
+            assert torch.equal(host[chunk, slot], tensor[block])
+    targets = [2, 4, 6, 8, 10, 11, 13, 15]
+    assert worker.submit_load(2, CPULoadStoreSpec([4, 0, 5]), GPULoadStoreSpec(targets, [8], [2]))
+    for tensor in layers:
+        assert torch.equal(tensor[targets], tensor[engine_blocks])
+    assert [r.job_id for r in worker.get_finished()] == [1, 2]
+    worker.shutdown()
+    assert region.cleaned
+
+
+def test_autoenable_fills_kv_transfer_config_unless_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    config_file = tmp_path / "lifeboat.toml"
+    config_file.write_text(f'[[tiers]]\nbackend = "file"\ncapacity_gb = 1\npath = "{tmp_path / "t"}"\n'
+                           '[engine]\nnative_cpu_gb = 0.5\n')
+    monkeypatch.setenv("LIFEBOAT_CACHE_CONFIG", str(config_file))
+    args = SimpleNamespace(kv_transfer_config=None)
+    assert autoenable.apply(args)
+    extra = args.kv_transfer_config.kv_connector_extra_config
+    assert args.kv_transfer_config.kv_connector == "OffloadingConnector"
+    assert extra["spec_name"] == "LifeboatOffloadingSpec" and extra["cpu_bytes_to_use"] == 2**29
+    assert extra["secondary_tiers"] == [{"type": "LifeboatTier", "module_path": "lifeboatcache_vllm.tier"}]
+    assert extra["lifeboatcache"]["tiers"][0]["path"] == str(tmp_path / "t")
+
+    explicit = SimpleNamespace(kv_transfer_config={"kv_connector": "ExampleConnector"})
+    with caplog.at_level(logging.WARNING, logger="lifeboatcache.vllm"):
+        assert not autoenable.apply(explicit)
+    assert explicit.kv_transfer_config == {"kv_connector": "ExampleConnector"}
+    assert "explicit --kv-transfer-config" in caplog.text
+
+    config_file.write_text('[[tiers]]\nbackend = "nvmee"\ncapacity_gb = 1\n')
+    broken = SimpleNamespace(kv_transfer_config=None)
+    assert not autoenable.apply(broken) and broken.kv_transfer_config is None
+    config_file.write_text('[[tiers]]\nbackend = "nvmee"\ncapacity_gb = 1\n[engine]\non_error = "fail"\n')
+    with pytest.raises(RuntimeError, match="refusing to start"):
+        autoenable.apply(SimpleNamespace(kv_transfer_config=None))
