@@ -420,6 +420,7 @@ class TieredCache:
         if self._closed.is_set():
             return
         self._closed.set()
+        metrics.untrack(self)
         for tier in self.all_tiers:
             tier.close()
 

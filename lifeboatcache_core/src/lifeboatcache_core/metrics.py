@@ -337,3 +337,9 @@ def track(cache: TieredCache) -> None:
             REGISTRY.register(CacheCollector())
             _registered = True
         _caches.add(cache)
+
+
+def untrack(cache: TieredCache) -> None:
+    """Stop exporting ``cache`` (it was closed): its numbers leave the next scrape."""
+    with _lock:
+        _caches.discard(cache)
