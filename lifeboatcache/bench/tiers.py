@@ -155,6 +155,27 @@ def run_bench(path: Path, block_bytes: int, total_bytes: int, threads: int, back
     return result
 
 
+def backend_options(backend: str, pairs: list[str], work: Path) -> dict[str, object] | None:
+    """Tier options from ``KEY=VALUE`` pairs; local backends default to a directory in ``work``."""
+    options: dict[str, object] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise typer.BadParameter(f"--option {pair!r} must look like KEY=VALUE")
+        try:
+            options[name] = json.loads(value)
+        except ValueError:
+            options[name] = value
+    if backend == "file" and not options:
+        return None  # run_bench's O_DIRECT file tier
+    if backend == "nfs":
+        options.setdefault("path", str(work / "tier"))
+        Path(str(options["path"])).mkdir(parents=True, exist_ok=True)  # the nfs tier never creates its root
+    if backend == "fsspec":
+        options.setdefault("url", f"file://{work}/tier")
+    return options
+
+
 def _drop_page_cache() -> None:
     """Best effort: reads are O_DIRECT anyway; dropping also evicts metadata for fairness."""
     try:
@@ -185,15 +206,19 @@ def register(app: typer.Typer) -> None:
         threads: int = typer.Option(4, "--threads", help="I/O threads (and batch size) for both sides."),
         path: Path | None = typer.Option(None, "--path", help="Directory on the disk under test."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        backend: str = typer.Option("file", "--backend", help="Tier backend under test: file, nfs, s3, fsspec, ..."),
+        option: list[str] = typer.Option([], "--option", help="Backend option KEY=VALUE (repeat; JSON values "
+                                          "allowed), e.g. --option url=s3://bucket/bench --option endpoint_url=..."),
     ) -> None:
-        """Write then read N blocks through the file tier and as raw O_DIRECT files; compare."""
+        """Write then read N blocks through a tier and as raw O_DIRECT files under --path; compare."""
         if block_bytes % 4096:
             raise typer.BadParameter("--block-bytes must be a multiple of 4096 (O_DIRECT)")
         base = path or default_cache_dir() / "bench"
         base.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="tiers-", dir=base))
         try:
-            result = run_bench(work, block_bytes, total_bytes, threads)
+            result = run_bench(work, block_bytes, total_bytes, threads, backend,
+                               backend_options(backend, option, work))
         finally:
             shutil.rmtree(work, ignore_errors=True)
         if as_json:
