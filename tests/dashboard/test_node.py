@@ -164,3 +164,21 @@ def test_one_endpoint_serves_every_engine_process_of_the_node(tmp_path: Path) ->
         if other.poll() is None:
             other.kill()
             other.wait(10)
+
+
+def test_spool_skips_other_formats_stale_and_dead_processes(tmp_path: Path) -> None:
+    from lifeboatcache_core.metrics_node import SAMPLE_FORMAT, write_sample
+
+    spool = tmp_path / "own-spool"
+    sample = {"tiers": {}, "cache": {}, "job_latency": {}}
+    write_sample(spool, sample, pid=os.getppid())
+    assert read_node_samples(spool) == [sample]
+    record = json.loads((spool / f"{os.getppid()}.json").read_text())
+    (spool / f"{os.getppid()}.json").write_text(json.dumps({**record, "format": SAMPLE_FORMAT + 1}))
+    assert read_node_samples(spool) == []
+    (spool / f"{os.getppid()}.json").write_text(json.dumps({**record, "written_at": time.time() - 600}))
+    assert read_node_samples(spool) == []
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(10)
+    write_sample(spool, sample, pid=dead.pid)
+    assert read_node_samples(spool) == [] and not (spool / f"{dead.pid}.json").exists()

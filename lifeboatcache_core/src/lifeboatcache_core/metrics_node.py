@@ -29,6 +29,8 @@ from lifeboatcache_core.metrics import Sample, families, merge_samples, process_
 log = logging.getLogger("lifeboatcache")
 
 ENV_SPOOL = "LIFEBOAT_METRICS_DIR"
+#: bumped when the sample layout changes: a process of another version is left out, not mis-added
+SAMPLE_FORMAT = 1
 DEFAULT_MAX_AGE_S = 30.0
 
 
@@ -57,7 +59,7 @@ def write_sample(directory: Path, sample: Sample, pid: int | None = None) -> Pat
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     final = directory / f"{pid}.json"
     partial = directory / f".{pid}.json.partial"
-    partial.write_text(json.dumps({"pid": pid, "written_at": time.time(), "sample": sample}))
+    partial.write_text(json.dumps({"format": SAMPLE_FORMAT, "pid": pid, "written_at": time.time(), "sample": sample}))
     os.replace(partial, final)
     return final
 
@@ -85,7 +87,7 @@ def read_node_samples(directory: Path, *, exclude_pid: int | None = None,
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # being replaced or damaged: the next scrape reads it
-        if now - float(record.get("written_at", 0)) <= max_age_s:
+        if record.get("format") == SAMPLE_FORMAT and now - float(record.get("written_at", 0)) <= max_age_s:
             out.append(record["sample"])
     return out
 
