@@ -20,6 +20,7 @@ from lifeboatcache.dashboard import DashboardHandle, start_dashboard
 from .helpers import TOKEN, open_cache, traffic
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+expect.set_options(timeout=20_000)  # CI shares two cores; the page itself updates every 100 ms
 FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-dev-shm-usage"]
 
@@ -110,6 +111,19 @@ def test_live_numbers_and_configure_tab(page: Page, served: tuple[TieredCache, D
     page.click("#tab-overview")
     expect(page.locator("#tiers tbody tr td").nth(3)).to_contain_text("/ 2.5 GiB")
     expect(page.locator("#events")).to_contain_text("capacity 1 GB -> 2.5 GB")
+
+
+def test_restart_only_change_is_said_so(page: Page, served: tuple[TieredCache, DashboardHandle]) -> None:
+    cache, handle = served
+    page.goto(f"{handle.url}?interval=100#token={TOKEN}")
+    page.click("#tab-configure")
+    page.fill('input[data-loc="tiers.0.io_threads"]', "2")
+    page.click("#apply")
+    expect(page.locator("#config-result")).to_contain_text("needs a restart (kept as running):")
+    expect(page.locator("#config-result")).to_contain_text("tier nvme: io_threads 4 -> 2 needs a restart")
+    assert cache.config.tiers[0].io_threads == 4
+    page.click("#reload")
+    expect(page.locator("#config-result")).to_contain_text("waiting for a restart")
 
 
 def test_add_and_remove_a_tier_from_the_page(page: Page, served: tuple[TieredCache, DashboardHandle]) -> None:

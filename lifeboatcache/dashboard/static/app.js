@@ -283,6 +283,9 @@ async function loadConfig() {
   configData = body.config;
   $("#config-pid").textContent = body.pid;
   renderForm();
+  if (body.restart_pending.length) {
+    result("waiting for a restart (not running yet):\n" + body.restart_pending.map((l) => "  " + l).join("\n"), false);
+  }
   return body;
 }
 
