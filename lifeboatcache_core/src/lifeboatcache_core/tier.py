@@ -28,6 +28,8 @@ log = logging.getLogger("lifeboatcache")
 #: bytes a stored block may take beyond its payload (header + meta + trailer, O_DIRECT padded)
 BLOCK_OVERHEAD = 4096 + 64
 MAX_BACKOFF_S = 60.0
+#: how long a put waits for in-flight writes to land when only they stand between it and space
+RESERVE_WAIT_S = 5.0
 _SCAN_BATCH = 4096
 
 
@@ -59,6 +61,7 @@ class Tier:
         self.pool = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix=f"lifeboat-{self.name}")
         self.io_threads = cfg.io_threads
         self.lock = threading.Lock()
+        self._space = threading.Condition(self.lock)  # signalled when a reservation is released
         self.index: dict[BlockKey, int] = {}
         self.used = 0
         self.reserved = 0
@@ -215,10 +218,12 @@ class Tier:
         except Exception as exc:
             with self.lock:
                 self.reserved -= estimate
+                self._space.notify_all()
             self._io_error(exc)
             return False
         with self.lock:
             self.reserved -= estimate
+            self._space.notify_all()
             old = self.index.get(key)
             if old is not None:
                 self.used -= old
@@ -232,27 +237,38 @@ class Tier:
         return True
 
     def _reserve(self, key: BlockKey, estimate: int, backend: Backend) -> list[tuple[BlockKey, int]] | None:
-        """Pick victims so that ``estimate`` more bytes fit; reserve them. None: cannot fit."""
+        """Pick victims so that ``estimate`` more bytes fit; reserve them. None: cannot fit.
+
+        Space held by in-flight writes is not evictable yet: wait (bounded) for them to land
+        rather than exceed the capacity or give up at once.
+        """
         if estimate > self.capacity:
             return None
         try:
             fs_free = backend.free_bytes()
         except OSError:
             fs_free = None
-        fs_deficit = 0 if fs_free is None else max(0, estimate - fs_free)
         victims: list[tuple[BlockKey, int]] = []
         freed = 0
+        deadline = time.monotonic() + RESERVE_WAIT_S
         with self.lock:
-            while self.used + self.reserved + estimate > self.capacity or freed < fs_deficit:
-                victim = self.policy.victim(key)
-                if victim is None:
+            while True:
+                # the filesystem must hold this block and every reserved one (reserve_free_gb kept)
+                fs_short = 0 if fs_free is None else estimate + self.reserved - fs_free - freed
+                while self.used + self.reserved + estimate > self.capacity or fs_short > 0:
+                    victim = self.policy.victim(key)
+                    if victim is None:
+                        break
+                    size = self._forget(victim)
+                    freed += size
+                    fs_short -= size
+                    victims.append((victim, size))
+                    self.stats.evictions += 1
+                fits = self.used + self.reserved + estimate <= self.capacity and fs_short <= 0
+                remaining = deadline - time.monotonic()
+                if fits or self.reserved == 0 or remaining <= 0:
                     break
-                size = self._forget(victim)
-                freed += size
-                victims.append((victim, size))
-                self.stats.evictions += 1
-            # Still short: the rest of the tier is reserved by in-flight writes.
-            fits = self.used + self.reserved + estimate <= self.capacity and freed >= fs_deficit
+                self._space.wait(remaining)
             if fits:
                 self.reserved += estimate
         if not fits:
