@@ -1,0 +1,1 @@
+"""lifeboatcache ``fp8`` codec (see :mod:`.codec`)."""

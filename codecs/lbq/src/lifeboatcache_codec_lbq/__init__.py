@@ -1,0 +1,1 @@
+"""lifeboatcache low-bit KV codecs: ``lbq`` and ``int2`` (:mod:`.lbq`), ``oscar`` (:mod:`.oscar`)."""

@@ -1,0 +1,185 @@
+"""``lbq``: low-bit (4/3/2) asymmetric group quantization of KV, KIVI-style; ``int2``: its plain baseline.
+
+KIVI (Liu et al., 2024) observed that keys have a few channels of consistently large
+magnitude while values do not, so it quantizes K per channel (groups run along the tokens of
+one channel) and V per token (groups run along the channels of one token). ``lbq`` does the
+same by default (``k_groups = "channel"``); ``"token"`` groups K like V.
+
+Payload, per half of the block (K then V; a block without a ``kv`` axis is one half): the
+packed codes (row-major over the groups), the float16 scales, the float16 zeros. Every length
+follows from the layout and ``params``, so the payload carries no header of its own. Blocks
+that cannot be quantized faithfully (no layout, not a float dtype, NaN/Inf, values beyond
+float16) are stored raw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from lifeboatcache_core.abc import Codec, KVLayout, PluginConfig
+from lifeboatcache_core.chunkfile import Buffer
+from lifeboatcache_core.errors import CorruptBlockError
+from pydantic import Field
+
+from lifeboatcache_codec_lbq import kvarray
+from lifeboatcache_codec_lbq.groups import (
+    BITS,
+    FP16_SAFE,
+    dequantize_rows,
+    levels,
+    pack,
+    packed_size,
+    quantize_rows,
+    unpack,
+)
+
+#: relative error added by float16 scale/zero rounding and by rounding back to bf16
+ROUNDING_SLACK = 2.0**-7
+
+
+class LbqConfig(PluginConfig):
+    """Options of the ``lbq`` codec (a tier's ``codec_options``)."""
+
+    bits: Literal[2, 3, 4] = Field(4, description="bits per value: 4 (3.6x on bf16), 3 (4.6x) or 2 (6.4x)")
+    group_size: int = Field(64, ge=8, le=4096, description="values per group sharing one scale and zero")
+    k_groups: Literal["channel", "token"] = Field(
+        "channel", description="K groups run along tokens of one channel (KIVI) or along channels of one token")
+
+
+class Int2Config(LbqConfig):
+    """The plain 2-bit baseline: groups of 32 along the channels of each token, K and V alike."""
+
+    bits: Literal[2, 3, 4] = 2
+    group_size: int = Field(32, ge=8, le=4096)
+    k_groups: Literal["channel", "token"] = "token"
+
+
+class GroupQuantCodec(Codec):
+    """Shared encode/decode of group-quantized codecs; subclasses choose the groups."""
+
+    lossless = False
+    mode: ClassVar[str]
+
+    # ------------------------------------------------------------------ subclass hooks
+
+    def _params(self, layout: KVLayout, x: np.ndarray) -> dict[str, Any]:
+        """The params of a block about to be encoded (everything decode needs)."""
+        raise NotImplementedError
+
+    def _check_params(self, params: dict[str, Any]) -> None:
+        """Raise CorruptBlockError for params this version does not understand."""
+        raise NotImplementedError
+
+    def _grouping(self, half: str, layout: KVLayout, params: dict[str, Any]) -> tuple[int, int]:
+        """(axis of the half's own axes along which groups run, group length)."""
+        raise NotImplementedError
+
+    def _forward(self, half: str, x: np.ndarray, layout: KVLayout, params: dict[str, Any]) -> np.ndarray:
+        """Transform applied to a half before grouping (identity here)."""
+        return x
+
+    def _inverse(self, half: str, x: np.ndarray, layout: KVLayout, params: dict[str, Any]) -> np.ndarray:
+        return x
+
+    def _clip(self, half: str, layout: KVLayout, params: dict[str, Any], n_rows: int) -> float | np.ndarray:
+        return 1.0
+
+    # ------------------------------------------------------------------ codec
+
+    def encode(self, raw: memoryview, layout: KVLayout | None) -> tuple[Sequence[Buffer], dict[str, Any]]:
+        if layout is None or not kvarray.quantizable(layout):
+            return [raw], {"mode": "raw"}
+        x = kvarray.load(raw, layout)
+        peak = np.max(np.abs(x))
+        if not np.isfinite(peak) or peak > FP16_SAFE:
+            return [raw], {"mode": "raw"}
+        params = self._params(layout, x)
+        bits = params["bits"]
+        pieces: list[Buffer] = []
+        for half, index in kvarray.halves(layout):
+            part = self._forward(half, x[index], layout, params)
+            axis, group = self._grouping(half, layout, params)
+            rows = kvarray.to_rows(part, axis, group)
+            codes, scale, zero = quantize_rows(rows, bits, self._clip(half, layout, params, rows.shape[0]))
+            pieces += [pack(codes, bits), scale.tobytes(), zero.tobytes()]
+        return pieces, params
+
+    def decode(self, payload: memoryview, params: dict[str, Any], layout: KVLayout | None,
+               dest: memoryview) -> None:
+        if params.get("mode") == "raw" and len(params) == 1:
+            if payload.nbytes != dest.nbytes:
+                raise CorruptBlockError(f"{self.name}: raw payload has {payload.nbytes} bytes, expected {dest.nbytes}")
+            dest.cast("B")[:] = payload.cast("B") if payload.format != "B" else payload
+            return
+        if params.get("mode") != self.mode:
+            raise CorruptBlockError(f"{self.tag}: params not understood: {params!r}")
+        self._check_params(params)
+        if layout is None or not kvarray.quantizable(layout) or kvarray.raw_size(layout) != dest.nbytes:
+            raise CorruptBlockError(f"{self.name}: layout {layout} does not describe a {dest.nbytes}-byte float block")
+        bits = params["bits"]
+        shape = kvarray.half_shape(layout)
+        plan = []
+        for half, index in kvarray.halves(layout):
+            axis, group = self._grouping(half, layout, params)
+            n_rows, width = kvarray.rows_shape(shape, axis, group)
+            plan.append((half, index, axis, n_rows, width))
+        expected = sum(packed_size(n * w, bits) + 4 * n for _, _, _, n, w in plan)
+        if payload.nbytes != expected:
+            raise CorruptBlockError(f"{self.name}: payload has {payload.nbytes} bytes, expected {expected}")
+        data = np.frombuffer(payload, dtype=np.uint8)
+        out = np.empty(layout.shape, dtype=np.float32)
+        offset = 0
+        for half, index, axis, n_rows, width in plan:
+            size = packed_size(n_rows * width, bits)
+            codes = unpack(data[offset: offset + size], bits, n_rows * width).reshape(n_rows, width)
+            offset += size
+            scale = data[offset: offset + 2 * n_rows].view(np.float16)
+            zero = data[offset + 2 * n_rows: offset + 4 * n_rows].view(np.float16)
+            offset += 4 * n_rows
+            part = kvarray.from_rows(dequantize_rows(codes, scale, zero), shape, axis)
+            out[index] = self._inverse(half, part, layout, params)
+        kvarray.store(out, layout, dest)
+
+
+class LbqCodec(GroupQuantCodec):
+    """4/3/2-bit asymmetric groups, K per channel and V per token (KIVI)."""
+
+    name = "lbq"
+    version = 1
+    mode = "lbq"
+    config_model: ClassVar[type[PluginConfig]] = LbqConfig
+
+    def __init__(self, config: PluginConfig | None = None) -> None:
+        super().__init__(config)
+        self.options: LbqConfig = self.config  # type: ignore[assignment]
+
+    def error_bound(self, layout: KVLayout | None) -> float:
+        if layout is None or not kvarray.quantizable(layout):
+            return 0.0
+        # half a step of a grid spanning at most [-max|x|, max|x|], rounded up for float16 scales
+        return 1.0 / levels(self.options.bits) + ROUNDING_SLACK
+
+    def _params(self, layout: KVLayout, x: np.ndarray) -> dict[str, Any]:
+        return {"mode": self.mode, "bits": self.options.bits, "group": self.options.group_size,
+                "k": self.options.k_groups}
+
+    def _check_params(self, params: dict[str, Any]) -> None:
+        if (set(params) != {"mode", "bits", "group", "k"} or params["bits"] not in BITS
+                or not isinstance(params["group"], int) or not 1 <= params["group"] <= 1 << 20
+                or params["k"] not in ("channel", "token")):
+            raise CorruptBlockError(f"{self.tag}: params not understood: {params!r}")
+
+    def _grouping(self, half: str, layout: KVLayout, params: dict[str, Any]) -> tuple[int, int]:
+        axes = kvarray.half_axes(layout)
+        along = "token" if half == "k" and params["k"] == "channel" else "dim"
+        return kvarray.group_axis(axes, along), params["group"]
+
+
+class Int2Codec(LbqCodec):
+    """Plain 2-bit groups of 32 per token: the baseline that rotation-based 2-bit must beat."""
+
+    name = "int2"
+    version = 1
+    config_model: ClassVar[type[PluginConfig]] = Int2Config

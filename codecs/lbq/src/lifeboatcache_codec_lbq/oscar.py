@@ -1,0 +1,313 @@
+"""``oscar``: 2-bit KV with a calibrated orthogonal rotation and calibrated clipping.
+
+After OSCAR (Zhou et al., "Offline Spectral Covariance-Aware Rotation for 2-bit KV Cache
+Quantization", 2026). Plain 2-bit groups fail because a few large coordinates set each
+group's range and the other values collapse onto one or two of the four levels. OSCAR rotates
+every head's vectors by a fixed orthogonal matrix calibrated offline — an eigenbasis of a
+covariance followed by a Walsh-Hadamard transform, which spreads the variance evenly over
+all coordinates — and clips each group's range by a calibrated factor before quantizing.
+
+What we had to choose, since a storage codec sees only the cache:
+- OSCAR's key eigenbasis comes from the *query* covariance and its value eigenbasis from the
+  attention-score-weighted value covariance. Queries and scores never reach a KV store, so we
+  use the covariance of the (centred) keys and values themselves, per (layer, head). The
+  Hadamard step after it then makes every rotated coordinate's variance equal on the sample.
+- We also subtract the calibrated per-channel mean (keys after RoPE carry a steady offset in
+  their slow channels), which the asymmetric per-token groups could not remove.
+- Groups are one per (token, head) vector (64 values, float16 scale + zero: 6.4x on bf16), so
+  OSCAR's permuted bit-reversal ordering across several groups per head has nothing to do.
+- The clip factor is chosen per (layer, K/V) from a grid by the smallest reconstruction error
+  on the sample (OSCAR also calibrates clipping thresholds offline).
+- OSCAR keeps the first 64 and the last 256 tokens of a request in bf16 inside its attention
+  kernel; a block store does not know positions, so every token is quantized.
+
+The rotation (matrices, means, clip factors) is calibrated on the first block the codec
+encodes for a given KV shape — or explicitly with :meth:`OscarCodec.calibrate` — and stored
+once, content-addressed, as ``oscar-<id>.npz`` in ``rotation_dir``; each block records the id.
+A block whose rotation file is missing decodes as a miss. Tiers that share blocks between
+hosts must share ``rotation_dir`` too (put it on the shared storage).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import platformdirs
+import xxhash
+from lifeboatcache_core.abc import KVLayout, PluginConfig
+from lifeboatcache_core.errors import CorruptBlockError
+from pydantic import Field
+from threadpoolctl import ThreadpoolController
+
+from lifeboatcache_codec_lbq import kvarray
+from lifeboatcache_codec_lbq.groups import dequantize_rows, quantize_rows
+from lifeboatcache_codec_lbq.lbq import ROUNDING_SLACK, GroupQuantCodec
+
+BITS = 2
+#: the BLAS thread pool, limited to one thread around our small matmuls (see _rotate)
+_BLAS = ThreadpoolController()
+CLIP_GRID = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5)
+
+
+def default_rotation_dir() -> Path:
+    return Path(platformdirs.user_cache_dir("lifeboatcache")) / "oscar"
+
+
+class OscarConfig(PluginConfig):
+    """Options of the ``oscar`` codec (a tier's ``codec_options``)."""
+
+    rotation_dir: Path = Field(
+        default_factory=default_rotation_dir,
+        description="where calibrated rotations are kept; share it between hosts that share a tier")
+    center: bool = Field(True, description="subtract the calibrated per-channel mean before rotating")
+
+
+def hadamard(n: int) -> np.ndarray:
+    """The orthonormal n x n Walsh-Hadamard matrix (Sylvester), n a power of two."""
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"Hadamard size {n} is not a power of two")
+    h = np.ones((1, 1), dtype=np.float64)
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return h / np.sqrt(n)
+
+
+def _mixer(n: int) -> np.ndarray:
+    """Hadamard when ``n`` is a power of two, else a fixed seeded random orthogonal matrix."""
+    if n & (n - 1) == 0:
+        return hadamard(n)
+    q, r = np.linalg.qr(np.random.default_rng(n).standard_normal((n, n)))
+    return q * np.sign(np.diag(r))
+
+
+class Rotation:
+    """Per half ("k", "v"): matrices (layer, head, dim, dim), means (layer, head, dim), clips (layer,)."""
+
+    def __init__(self, arrays: dict[str, np.ndarray]) -> None:
+        self.arrays = arrays
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        self.blob = buf.getvalue()
+        self.id = xxhash.xxh3_128_hexdigest(b"".join(arrays[k].tobytes() for k in sorted(arrays)))
+
+    def matrix(self, half: str) -> np.ndarray:
+        return self.arrays[f"{half}_rot"]
+
+    def mean(self, half: str) -> np.ndarray:
+        return self.arrays[f"{half}_mean"]
+
+    def clip(self, half: str) -> np.ndarray:
+        return self.arrays[f"{half}_clip"]
+
+    @classmethod
+    def from_blob(cls, blob: bytes) -> Rotation:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as data:
+            return cls({k: data[k] for k in data.files})
+
+
+def _heads_last(x: np.ndarray, axes: tuple[str, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
+    """View a half as (layer, head, rest, dim); also return the permutation used."""
+    lead = [axes.index(a) for a in ("layer", "head") if a in axes]
+    dim = kvarray.group_axis(axes, "dim")
+    rest = [i for i in range(len(axes)) if i not in lead and i != dim]
+    perm = (*lead, *rest, dim)
+    moved = np.transpose(x, perm)
+    n_layer = x.shape[axes.index("layer")] if "layer" in axes else 1
+    n_head = x.shape[axes.index("head")] if "head" in axes else 1
+    # contiguous, so that the batched matmul below runs in BLAS rather than numpy's generic loop
+    return np.ascontiguousarray(moved).reshape(n_layer, n_head, -1, x.shape[dim]), perm
+
+
+def _rotate(x: np.ndarray, matrices: np.ndarray) -> np.ndarray:
+    """``x[l, h] @ matrices[l, h]`` for every (layer, head).
+
+    One single-threaded BLAS call per (layer, head): numpy's stacked matmul takes a generic
+    loop that is ~100x slower for these shapes, and a multi-threaded BLAS spends longer waking
+    its threads than multiplying a 256 x 64 matrix (and stalls badly on a busy machine).
+    """
+    out = np.empty(x.shape[:-1] + matrices.shape[-1:], dtype=np.float32)
+    with _BLAS.limit(limits=1, user_api="blas"):
+        for layer in range(x.shape[0]):
+            for head in range(x.shape[1]):
+                np.matmul(x[layer, head], matrices[layer, head], out=out[layer, head])
+    return out
+
+
+def _restore(y: np.ndarray, shape: tuple[int, ...], perm: tuple[int, ...]) -> np.ndarray:
+    moved_shape = tuple(shape[i] for i in perm)
+    inverse = [perm.index(i) for i in range(len(perm))]
+    return np.transpose(y.reshape(moved_shape), inverse)
+
+
+class OscarCodec(GroupQuantCodec):
+    """2-bit per-(token, head) groups after a calibrated rotation, with calibrated clipping."""
+
+    name = "oscar"
+    version = 1
+    mode = "oscar"
+    config_model: ClassVar[type[PluginConfig]] = OscarConfig
+
+    def __init__(self, config: PluginConfig | None = None) -> None:
+        super().__init__(config)
+        self.options: OscarConfig = self.config  # type: ignore[assignment]
+        self._lock = threading.Lock()
+        self._calibrating = threading.Lock()
+        self._by_id: dict[str, Rotation] = {}
+        self._by_shape: dict[tuple[Any, ...], Rotation] = {}
+
+    def error_bound(self, layout: KVLayout | None) -> float:
+        """Worst case only: a rotation can gather one vector's whole error into one coordinate.
+
+        Typical errors are far smaller (see ``lifeboatcache bench codecs``); this is the bound
+        the rotation can prove: per coordinate at most the vector's rotated error norm.
+        """
+        if layout is None or not kvarray.quantizable(layout):
+            return 0.0
+        dim = layout.shape[kvarray.group_axis(layout.axes, "dim")]
+        # rotated coordinates are within +-sqrt(dim) * max|x|; the grid's error is <= its range;
+        # the error vector's norm is <= sqrt(dim) times its largest coordinate.
+        return 2.0 * dim * (1.0 + ROUNDING_SLACK) if not self.options.center else float("inf")
+
+    # ------------------------------------------------------------------ rotations
+
+    @staticmethod
+    def _shape_key(layout: KVLayout) -> tuple[Any, ...]:
+        pairs = zip(layout.axes, layout.shape, strict=True)
+        return tuple((a, n) for a, n in pairs if a not in ("token", "block", "page"))
+
+    def calibrate(self, sample: np.ndarray, layout: KVLayout) -> str:
+        """Fit and store a rotation from ``sample`` (float32, in ``layout``); return its id.
+
+        Later blocks of the same shape (all axes but tokens) are encoded with it.
+        """
+        with self._calibrating:  # concurrent first blocks of one shape share one calibration
+            known = self._by_shape.get(self._shape_key(layout))
+            if known is not None:
+                return known.id
+            rotation = Rotation(_fit(sample, layout, self.options.center))
+            self._save(rotation)
+            with self._lock:
+                self._by_id[rotation.id] = rotation
+                self._by_shape[self._shape_key(layout)] = rotation
+            return rotation.id
+
+    def _save(self, rotation: Rotation) -> None:
+        folder = self.options.rotation_dir
+        path = folder / f"oscar-{rotation.id}.npz"
+        if path.exists():
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".partial", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(rotation.blob)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def rotation(self, rotation_id: str) -> Rotation:
+        """The stored rotation ``rotation_id`` (cached); CorruptBlockError when it cannot be had."""
+        with self._lock:
+            found = self._by_id.get(rotation_id)
+        if found is not None:
+            return found
+        path = self.options.rotation_dir / f"oscar-{rotation_id}.npz"
+        try:
+            found = Rotation.from_blob(path.read_bytes())
+        except (OSError, ValueError, KeyError) as exc:
+            raise CorruptBlockError(
+                f"oscar: rotation {rotation_id} is not readable at {path} ({exc}); blocks written with it are "
+                "misses until that file is back (share rotation_dir between hosts that share a tier)") from None
+        if found.id != rotation_id:
+            raise CorruptBlockError(f"oscar: rotation file {path} is damaged (content id {found.id})")
+        with self._lock:
+            self._by_id[rotation_id] = found
+        return found
+
+    # ------------------------------------------------------------------ GroupQuantCodec hooks
+
+    def _params(self, layout: KVLayout, x: np.ndarray) -> dict[str, Any]:
+        with self._lock:
+            rotation = self._by_shape.get(self._shape_key(layout))
+        rotation_id = rotation.id if rotation is not None else self.calibrate(x, layout)
+        return {"mode": self.mode, "bits": BITS, "rotation": rotation_id}
+
+    def _check_params(self, params: dict[str, Any]) -> None:
+        if set(params) != {"mode", "bits", "rotation"} or params["bits"] != BITS or not isinstance(
+                params["rotation"], str):
+            raise CorruptBlockError(f"{self.tag}: params not understood: {params!r}")
+
+    def _grouping(self, half: str, layout: KVLayout, params: dict[str, Any]) -> tuple[int, int]:
+        axes = kvarray.half_axes(layout)
+        dim_axis = kvarray.group_axis(axes, "dim")
+        return dim_axis, kvarray.half_shape(layout)[dim_axis]
+
+    def _check_fits(self, rotation: Rotation, half: str, x: np.ndarray) -> None:
+        if rotation.matrix(half).shape[:2] != x.shape[:2] or rotation.matrix(half).shape[-1] != x.shape[-1]:
+            raise CorruptBlockError(
+                f"oscar: rotation {rotation.id} is for {rotation.matrix(half).shape[:-1]} (layer, head, dim), "
+                f"the block has {x.shape[:2] + x.shape[-1:]}")
+
+    def _forward(self, half: str, x: np.ndarray, layout: KVLayout, params: dict[str, Any]) -> np.ndarray:
+        rotation = self.rotation(params["rotation"])
+        axes = kvarray.half_axes(layout)
+        heads, perm = _heads_last(x, axes)
+        self._check_fits(rotation, half, heads)
+        heads -= rotation.mean(half)[:, :, None, :]
+        y = _rotate(heads, rotation.matrix(half))
+        return _restore(y, x.shape, perm)
+
+    def _inverse(self, half: str, x: np.ndarray, layout: KVLayout, params: dict[str, Any]) -> np.ndarray:
+        rotation = self.rotation(params["rotation"])
+        axes = kvarray.half_axes(layout)
+        heads, perm = _heads_last(x, axes)
+        self._check_fits(rotation, half, heads)
+        y = _rotate(heads, np.swapaxes(rotation.matrix(half), -1, -2))
+        y += rotation.mean(half)[:, :, None, :]
+        return _restore(y, x.shape, perm)
+
+    def _clip(self, half: str, layout: KVLayout, params: dict[str, Any], n_rows: int) -> float | np.ndarray:
+        """Per row: the clip factor of the row's layer (rows are laid out layer-major)."""
+        clips = self.rotation(params["rotation"]).clip(half)
+        per_layer = n_rows // len(clips)
+        if "layer" not in kvarray.half_axes(layout) or kvarray.half_axes(layout)[0] != "layer":
+            return float(np.max(clips))  # layer is not the outer axis: one factor for all rows
+        return np.repeat(clips, per_layer)
+
+
+def _fit(sample: np.ndarray, layout: KVLayout, center: bool) -> dict[str, np.ndarray]:
+    """Rotation matrices, means and clip factors per half from a float32 ``sample`` block."""
+    arrays: dict[str, np.ndarray] = {}
+    axes = kvarray.half_axes(layout)
+    for half, index in kvarray.halves(layout):
+        x, _ = _heads_last(np.asarray(sample[index], dtype=np.float32), axes)  # (layer, head, tokens, dim)
+        dim = x.shape[-1]
+        mean = x.mean(axis=2, dtype=np.float64) if center else np.zeros((*x.shape[:2], dim))
+        centred = (x - mean[:, :, None, :]).astype(np.float32)
+        cov = _rotate(np.swapaxes(centred, -1, -2).copy(), centred).astype(np.float64)
+        with _BLAS.limit(limits=1, user_api="blas"):  # LAPACK threads only stall on 64 x 64
+            _, eigvec = np.linalg.eigh(cov)  # columns: eigenvectors, ascending eigenvalues
+        rot = (eigvec[..., ::-1] @ _mixer(dim)).astype(np.float32)
+        arrays[f"{half}_rot"] = rot
+        arrays[f"{half}_mean"] = mean.astype(np.float32)
+        arrays[f"{half}_clip"] = _best_clips(_rotate(centred, rot))
+    return arrays
+
+
+def _best_clips(y: np.ndarray) -> np.ndarray:
+    """Per layer, the clip factor from CLIP_GRID with the smallest squared error on rotated ``y``."""
+    n_layer = y.shape[0]
+    rows = y.reshape(-1, y.shape[-1])
+    errors = np.empty((len(CLIP_GRID), n_layer))
+    for i, clip in enumerate(CLIP_GRID):
+        codes, scale, zero = quantize_rows(rows, BITS, clip)
+        squared = np.square(dequantize_rows(codes, scale, zero) - rows)
+        errors[i] = squared.reshape(n_layer, -1).sum(axis=1)
+    return np.asarray(CLIP_GRID, dtype=np.float32)[np.argmin(errors, axis=0)]

@@ -1,0 +1,1 @@
+"""lifeboatcache ``lossless`` codec: byte planes + zstd/lz4 (see :mod:`.codec`)."""

@@ -1,0 +1,168 @@
+"""Exact compression of KV blocks: split each element into byte planes, compress each plane.
+
+Why planes: in a bf16 element the high byte is the sign and 7 exponent bits, which vary little
+between neighbouring values, while the low byte (last exponent bit + mantissa) is close to
+random. Compressing the bytes interleaved hides the structure of the high byte from zstd;
+compressed apart, the high plane shrinks to about a third and the low plane is stored as it is.
+On real SmolLM2 KV this gives ~1.45x where zstd on the raw bytes gives ~1.28x
+(../shared/reference/smollm2.md). fp8 elements are one byte, so they form a single plane.
+
+Payload: the planes one after another, each compressed or raw. Everything needed to undo it
+(element width, method and length per plane) is in ``params``, so the payload has no header and
+a block never grows beyond its raw size: a plane that does not shrink by ``min_gain`` is stored
+raw, and a block none of whose planes shrink is stored as the raw bytes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import lz4.block
+import numpy as np
+import zstandard
+from lifeboatcache_core.abc import Codec, KVLayout, PluginConfig
+from lifeboatcache_core.chunkfile import Buffer
+from lifeboatcache_core.errors import CorruptBlockError
+from pydantic import Field
+
+#: bytes per element by dtype name (KVLayout.dtype); other dtypes are compressed as bytes
+ELEMENT_WIDTH = {
+    "bfloat16": 2,
+    "float16": 2,
+    "float32": 4,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "uint8": 1,
+    "int8": 1,
+}
+METHODS = ("raw", "zstd", "lz4")
+
+
+class LosslessConfig(PluginConfig):
+    """Options of the ``lossless`` codec (a tier's ``codec_options``)."""
+
+    compressor: Literal["zstd", "lz4"] = Field(
+        "zstd", description="zstd compresses the exponent plane far better; lz4 is faster to encode")
+    level: int = Field(1, ge=1, le=22, description="zstd level (ignored by lz4); above 3 buys little on KV")
+    min_gain: float = Field(
+        0.03, ge=0.0, lt=1.0,
+        description="a plane is stored compressed only if that saves at least this fraction of it")
+
+
+class LosslessCodec(Codec):
+    """Byte-plane split, then zstd or lz4 per plane; exact for every dtype."""
+
+    name = "lossless"
+    version = 1
+    lossless = True
+    config_model = LosslessConfig
+
+    def __init__(self, config: PluginConfig | None = None) -> None:
+        super().__init__(config)
+        self.options: LosslessConfig = self.config  # type: ignore[assignment]
+        self._local = threading.local()  # zstd contexts are not thread-safe; tiers encode in pools
+
+    # ------------------------------------------------------------------ helpers
+
+    def _zstd(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+        pair = getattr(self._local, "zstd", None)
+        if pair is None:
+            pair = (zstandard.ZstdCompressor(level=self.options.level, write_content_size=True),
+                    zstandard.ZstdDecompressor())
+            self._local.zstd = pair
+        return pair
+
+    def _compress(self, plane: Buffer) -> tuple[str, Buffer]:
+        """The plane compressed with the configured method, or raw when that gains too little."""
+        size = memoryview(plane).nbytes
+        if self.options.compressor == "zstd":
+            packed: bytes = self._zstd()[0].compress(plane)
+        else:
+            packed = lz4.block.compress(plane, store_size=False)
+        if len(packed) <= size * (1.0 - self.options.min_gain):
+            return self.options.compressor, packed
+        return "raw", plane
+
+    def _decompress(self, method: str, data: memoryview, size: int) -> Buffer:
+        if method == "raw":
+            if data.nbytes != size:
+                raise CorruptBlockError(f"lossless: raw plane has {data.nbytes} bytes, expected {size}")
+            return data
+        try:
+            if method == "zstd":
+                out = self._zstd()[1].decompress(data, max_output_size=size)
+            else:
+                out = lz4.block.decompress(data, uncompressed_size=size)
+        except (zstandard.ZstdError, lz4.block.LZ4BlockError) as exc:
+            raise CorruptBlockError(f"lossless: {method} plane does not decompress: {exc}") from None
+        if len(out) != size:
+            raise CorruptBlockError(f"lossless: {method} plane decompressed to {len(out)} bytes, expected {size}")
+        return out
+
+    # ------------------------------------------------------------------ codec
+
+    def encode(self, raw: memoryview, layout: KVLayout | None) -> tuple[Sequence[Buffer], dict[str, Any]]:
+        raw = raw.cast("B") if raw.format != "B" or raw.ndim != 1 else raw
+        width = ELEMENT_WIDTH.get(layout.dtype, 1) if layout is not None else 1
+        if width > 1 and raw.nbytes % width:
+            width = 1
+        if width == 1:
+            planes: list[Buffer] = [raw]
+        else:
+            elements = np.frombuffer(raw, dtype=np.uint8).reshape(-1, width)
+            planes = [np.ascontiguousarray(elements[:, i]).data for i in range(width)]
+        methods, pieces = zip(*(self._compress(p) for p in planes), strict=True)
+        if all(m == "raw" for m in methods):
+            return [raw], {"planes": 0}
+        params = {"planes": width, "methods": list(methods), "lengths": [memoryview(p).nbytes for p in pieces]}
+        return list(pieces), params
+
+    def decode(self, payload: memoryview, params: dict[str, Any], layout: KVLayout | None,
+               dest: memoryview) -> None:
+        dest = dest.cast("B") if dest.format != "B" or dest.ndim != 1 else dest
+        width = params.get("planes")
+        if width == 0 and set(params) == {"planes"}:
+            if payload.nbytes != dest.nbytes:
+                raise CorruptBlockError(f"lossless: raw payload has {payload.nbytes} bytes, expected {dest.nbytes}")
+            dest[:] = payload
+            return
+        methods, lengths = params.get("methods"), params.get("lengths")
+        if (not isinstance(width, int) or width not in (1, 2, 4) or set(params) != {"planes", "methods", "lengths"}
+                or not isinstance(methods, list) or not isinstance(lengths, list)
+                or len(methods) != width or len(lengths) != width
+                or any(m not in METHODS for m in methods)
+                or any(not isinstance(n, int) or n < 0 for n in lengths)):
+            raise CorruptBlockError(f"lossless@{self.version}: params not understood: {params!r}")
+        if sum(lengths) != payload.nbytes:
+            raise CorruptBlockError(f"lossless: payload has {payload.nbytes} bytes, params say {sum(lengths)}")
+        if dest.nbytes % width:
+            raise CorruptBlockError(f"lossless: {dest.nbytes} bytes do not split into {width} planes")
+        plane_size = dest.nbytes // width
+        offset = 0
+        if width == 1:
+            dest[:] = self._decompress(methods[0], payload, plane_size)
+            return
+        planes = []
+        for method, length in zip(methods, lengths, strict=True):
+            planes.append(np.frombuffer(self._decompress(method, payload[offset: offset + length], plane_size),
+                                        dtype=np.uint8))
+            offset += length
+        _interleave(planes, dest)
+
+
+def _interleave(planes: list[np.ndarray], dest: memoryview) -> None:
+    """Write byte planes back as little-endian elements into ``dest``.
+
+    Two planes (bf16/fp16, the common case) are joined with a shift and an or on uint16,
+    three times faster than two strided byte copies.
+    """
+    if len(planes) == 2:
+        out16 = np.frombuffer(dest, dtype=np.uint16)
+        np.left_shift(planes[1], 8, out=out16, dtype=np.uint16)
+        np.bitwise_or(out16, planes[0], out=out16)
+        return
+    out = np.frombuffer(dest, dtype=np.uint8).reshape(-1, len(planes))
+    for i, plane in enumerate(planes):
+        out[:, i] = plane
