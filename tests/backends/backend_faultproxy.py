@@ -107,7 +107,10 @@ def _read_request(conn: socket.socket) -> bytes | None:
             return None
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
-    lines = [ln for ln in head.split(b"\r\n") if not ln.lower().startswith(b"connection:")]
+    lines = head.split(b"\r\n")
+    if any(ln.lower().replace(b" ", b"") == b"expect:100-continue" for ln in lines):
+        conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")  # as S3 does; the client then sends the body
+    lines = [ln for ln in lines if not ln.lower().startswith((b"connection:", b"expect:"))]
     length = next((int(ln.split(b":", 1)[1]) for ln in lines if ln.lower().startswith(b"content-length:")), 0)
     while len(body) < length:
         chunk = conn.recv(1 << 20)

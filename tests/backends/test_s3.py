@@ -133,26 +133,52 @@ def test_retries_absorb_one_throttle_and_one_reset(proxy: FaultProxy) -> None:
 
 
 def test_probe_reasons_name_the_problem(moto: MotoServer, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> None:
-    def reason(backend: S3Backend) -> str:
-        backend.client.meta.config.retries["total_max_attempts"] = 1  # one try: the reason, quickly
+    def reason(endpoint: str, bucket: str, **extra: Any) -> str:
+        backend = make_s3(endpoint, bucket=bucket, max_attempts=1, **extra)  # one try: the reason, quickly
         with pytest.raises(TierUnavailableError) as info:
             backend.probe()
         return str(info.value)
 
     via_proxy = f"http://127.0.0.1:{proxy.port}"
-    assert "bucket 'no-such-bucket' does not exist" in reason(make_s3(moto.endpoint, bucket="no-such-bucket"))
-    assert "cannot connect to http://127.0.0.1:" in reason(make_s3(f"http://127.0.0.1:{free_port()}", bucket="b"))
+    assert "bucket 'no-such-bucket' does not exist" in reason(moto.endpoint, "no-such-bucket")
+    assert "cannot connect to http://127.0.0.1:" in reason(f"http://127.0.0.1:{free_port()}", "b")
     bucket = new_bucket(moto.endpoint)
-    proxy.set("forbidden")
-    assert "credentials rejected" in reason(make_s3(via_proxy, bucket=bucket))
     proxy.set("throttle")
-    assert "throttling requests (HTTP 503 SlowDown)" in reason(make_s3(via_proxy, bucket=bucket))
+    assert "throttling requests (HTTP 503 SlowDown)" in reason(via_proxy, bucket)
+    proxy.set("http500")
+    assert "answered HTTP 500 InternalError" in reason(via_proxy, bucket)
     proxy.set("slow", delay=3.0)
-    assert "did not answer in time" in reason(make_s3(via_proxy, bucket=bucket, read_timeout_s=0.3))
+    assert "did not answer in time" in reason(via_proxy, bucket, read_timeout_s=0.3)
+    proxy.set("reset")
+    assert f"connection to {via_proxy} was cut" in reason(via_proxy, bucket)
+    proxy.set("truncate")
+    assert f"probe GET: connection to {via_proxy} was cut" in reason(via_proxy, bucket)
     proxy.set("pass")
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
-    assert "no AWS credentials found" in reason(make_s3(moto.endpoint, bucket=bucket))
+    assert "no AWS credentials found" in reason(moto.endpoint, bucket)
+
+
+def test_bad_credentials_skip_the_tier_with_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      aws_env: None) -> None:
+    """moto with authentication on (INITIAL_NO_AUTH_ACTION_COUNT=0) rejects an unknown access key."""
+    server = MotoServer(tmp_path, env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAUNKNOWNKEY000000")
+    try:
+        cache = TieredCache(LifeboatConfig.model_validate({
+            "tiers": [{"name": "s3", "backend": "s3", "capacity_gb": 1, **s3_options(server.endpoint, "b")}],
+            "fallback_local": {"path": str(tmp_path / "fallback")},
+        }), background_index=False)
+        try:
+            health = {h["tier"]: h for h in cache.health()}
+            assert not health["s3"]["up"]
+            assert f"credentials rejected by {server.endpoint} (InvalidAccessKeyId)" in health["s3"]["reason"]
+            assert "AKIAUNKNOWNKEY000000" not in health["s3"]["reason"]
+            assert health["fallback"]["up"] and cache.put([key(1)], [block(1)]) == [True]
+        finally:
+            cache.close()
+    finally:
+        server.stop()
 
 
 def test_secrets_never_appear_in_config_repr_or_reasons(moto: MotoServer, tmp_path: Path) -> None:

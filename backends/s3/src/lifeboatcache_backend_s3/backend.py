@@ -197,8 +197,8 @@ class S3Backend(Backend):
         body = resp["Body"]
         try:
             if total <= first:
-                return _stream(lambda: read_block_stream(body.readinto, total, key, dest), name, self)
-            return _stream(lambda: self._read_large(name, body, resp["ETag"], total, key, dest), name, self)
+                return _stream(lambda: read_block_stream(body.readinto, total, key, dest), f"GET {name}", self)
+            return _stream(lambda: self._read_large(name, body, resp["ETag"], total, key, dest), f"GET {name}", self)
         finally:
             body.close()
 
@@ -290,16 +290,16 @@ class S3Backend(Backend):
         try:
             self._call("probe PUT", self.client.put_object, Key=name, Body=data)
             try:
-                got = self._call("probe GET", self.client.get_object, Key=name)["Body"].read()
+                body = self._call("probe GET", self.client.get_object, Key=name)["Body"]
+                got = _stream(body.read, "probe GET", self)
             finally:
                 self._call("probe DELETE", self.client.delete_object, Key=name)
         except KeyError:
             raise TierUnavailableError(
                 f"s3://{self.bucket}/{self.prefix}: probe object vanished right after PUT at {self.endpoint}"
             ) from None
-        except (OSError, *TRANSPORT_ERRORS) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise TierUnavailableError(f"s3://{self.bucket}/{self.prefix}: {reason}") from exc
+        except OSError as exc:
+            raise TierUnavailableError(f"s3://{self.bucket}/{self.prefix}: {exc.strerror or exc}") from exc
         if got != data:
             raise TierUnavailableError(f"s3://{self.bucket}/{self.prefix}: probe read back different bytes")
 
@@ -348,12 +348,12 @@ def _object_size(resp: dict[str, Any]) -> int:
     return int(resp["ContentLength"])
 
 
-def _stream(read: Callable[[], T], name: str, backend: S3Backend) -> T:
+def _stream(read: Callable[[], T], what: str, backend: S3Backend) -> T:
     """Run a body-reading function; a stream cut in transit becomes ``S3Error``."""
     try:
         return read()
     except TRANSPORT_ERRORS as exc:
-        raise S3Error(f"GET {name}: {describe_error(exc, backend.bucket, backend.endpoint)}") from exc
+        raise S3Error(f"{what}: {describe_error(exc, backend.bucket, backend.endpoint)}") from exc
 
 
 def _fill(body: Any, view: memoryview) -> None:
