@@ -1,0 +1,50 @@
+"""The codec benchmark's machinery end to end, on a tiny random Llama (seconds, no download).
+
+The real run (SmolLM2-135M over 2,048 tokens) is ``lifeboatcache bench codecs``; this keeps its
+code paths — KV extraction, blocks, every codec through the registry, cache write-back,
+teacher-forced scoring, the JSON document — from rotting.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from lifeboatcache.bench.codecs import BENCH_CODECS, KVScorer, run_benchmark
+
+
+@pytest.fixture(scope="module")
+def scorer() -> KVScorer:
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 128, (1, 200), generator=torch.Generator().manual_seed(1))
+    return KVScorer(model, ids, context=128, score=32)
+
+
+def test_exact_kv_is_bf16_in_block_layout(scorer: KVScorer) -> None:
+    assert scorer.exact.shape == (2, 2, 128, 2, 16) and scorer.exact.dtype.name == "bfloat16"
+    # writing the exact cache back reproduces the model's own continuation scores
+    assert scorer.perplexity(scorer.exact) == pytest.approx(scorer.perplexity(scorer.exact.astype(np.float32)))
+
+
+def test_every_codec_reports_every_figure(scorer: KVScorer, tmp_path: Path) -> None:
+    doc = run_benchmark(scorer, list(BENCH_CODECS), block_tokens=32, repeats=1, rotation_dir=tmp_path)
+    assert doc["ppl_exact"] > 1 and set(doc["codecs"]) == set(BENCH_CODECS)
+    for name, row in doc["codecs"].items():
+        assert {"ratio", "encode_GBps", "decode_GBps", "k_rel_err", "v_rel_err", "ppl", "ppl_rel"} <= set(row), name
+        assert row["encode_GBps"] > 0 and row["decode_GBps"] > 0 and np.isfinite(row["ppl"])
+        assert row["ppl_rel"] == pytest.approx(row["ppl"] / doc["ppl_exact"] - 1, abs=1e-3)
+    lossless = doc["codecs"]["lossless"]
+    assert lossless["k_rel_err"] == 0 and lossless["v_rel_err"] == 0 and lossless["ppl_rel"] == 0
+    assert doc["codecs"]["lossless_fp8"]["k_rel_err"] == 0  # exact on its (fp8) input
+    for name in ("fp8", "lbq4", "lbq3", "lbq2", "oscar", "int2"):
+        assert doc["codecs"][name]["k_rel_err"] > 0, name
+    # fewer bits, more error: the figures are measured, not copied
+    assert doc["codecs"]["lbq4"]["v_rel_err"] < doc["codecs"]["lbq3"]["v_rel_err"] < doc["codecs"]["lbq2"]["v_rel_err"]
+    assert doc["codecs"]["lbq2"]["ratio"] > doc["codecs"]["lbq3"]["ratio"] > doc["codecs"]["lbq4"]["ratio"] > 2.5

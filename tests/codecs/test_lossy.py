@@ -1,0 +1,173 @@
+"""fp8, lbq, int2 and oscar: ratios by construction, error bounds, grouping, rotations, raw fallbacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from lifeboatcache_codec_fp8.codec import Fp8Codec, Fp8Config
+from lifeboatcache_codec_lbq.groups import pack, packed_size, unpack
+from lifeboatcache_codec_lbq.lbq import Int2Codec, LbqCodec, LbqConfig
+from lifeboatcache_codec_lbq.oscar import OscarCodec, OscarConfig
+from lifeboatcache_core.abc import Codec, KVLayout
+from lifeboatcache_core.errors import CorruptBlockError
+
+AXES = ("kv", "layer", "token", "head", "dim")
+BLOCK = KVLayout("bfloat16", (2, 2, 256, 3, 64), AXES)  # one 256-token block of a 2-layer model
+
+
+def kv_like(shape: tuple[int, ...], seed: int = 0, outlier_channels: int = 0) -> np.ndarray:
+    """bf16 KV-ish values: per-channel offsets and scales, optionally a few large K channels."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x *= rng.uniform(0.3, 3.0, shape[-1]).astype(np.float32)
+    x += rng.normal(0, 1.0, shape[-1]).astype(np.float32)
+    if outlier_channels:
+        x[0, ..., rng.choice(shape[-1], outlier_channels, replace=False)] *= 12.0
+    return x.astype(ml_dtypes.bfloat16)
+
+
+def round_trip(codec: Codec, x: np.ndarray, layout: KVLayout) -> tuple[np.ndarray, int, dict]:
+    pieces, params = codec.encode(memoryview(x.view(np.uint8).reshape(-1)), layout)
+    payload = b"".join(bytes(p) for p in pieces)
+    out = np.empty_like(x)
+    codec.decode(memoryview(payload), params, layout, memoryview(out.view(np.uint8).reshape(-1)))
+    return out, len(payload), params
+
+
+def rel_err(x: np.ndarray, y: np.ndarray) -> float:
+    a, b = x.astype(np.float32), y.astype(np.float32)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(a))
+
+
+@pytest.mark.parametrize(("codec", "minimum"), [
+    (Fp8Codec(), 1.99),
+    (Fp8Codec(Fp8Config(scale="token_head")), 1.96),
+    (LbqCodec(), 3.5),
+    (LbqCodec(LbqConfig(bits=3)), 4.5),
+    (LbqCodec(LbqConfig(bits=2)), 6.0),
+    (Int2Codec(), 5.3),
+])
+def test_ratio_on_a_256_token_bf16_block(codec: Codec, minimum: float) -> None:
+    x = kv_like(BLOCK.shape)
+    _, stored, _ = round_trip(codec, x, BLOCK)
+    assert x.nbytes / stored >= minimum
+
+
+def test_oscar_ratio_and_error_below_int2(tmp_path: Path) -> None:
+    x = kv_like(BLOCK.shape, seed=4, outlier_channels=3)
+    oscar = OscarCodec(OscarConfig(rotation_dir=tmp_path))
+    out, stored, params = round_trip(oscar, x, BLOCK)
+    assert x.nbytes / stored >= 6.0
+    int2_out, _, _ = round_trip(Int2Codec(), x, BLOCK)
+    for half in (0, 1):
+        assert rel_err(x[half], out[half]) < 0.8 * rel_err(x[half], int2_out[half])
+    assert (tmp_path / f"oscar-{params['rotation']}.npz").is_file()
+
+
+def test_oscar_rotation_is_orthogonal_stored_once_and_found_after_restart(tmp_path: Path) -> None:
+    codec = OscarCodec(OscarConfig(rotation_dir=tmp_path))
+    first, _, p1 = round_trip(codec, kv_like(BLOCK.shape, seed=1), BLOCK)
+    _, _, p2 = round_trip(codec, kv_like(BLOCK.shape, seed=2), BLOCK)
+    assert p1["rotation"] == p2["rotation"] and len(list(tmp_path.iterdir())) == 1
+    rotation = codec.rotation(p1["rotation"])
+    for half in ("k", "v"):
+        r = rotation.matrix(half).astype(np.float64)
+        np.testing.assert_allclose(r @ np.swapaxes(r, -1, -2), np.broadcast_to(np.eye(64), r.shape), atol=1e-5)
+    other = KVLayout("bfloat16", (2, 1, 64, 2, 32), AXES)
+    _, _, p3 = round_trip(codec, kv_like(other.shape), other)
+    assert p3["rotation"] != p1["rotation"]
+    # a new process: the block names its rotation, the file provides it
+    x = kv_like(BLOCK.shape, seed=1)
+    pieces, params = codec.encode(memoryview(x.view(np.uint8).reshape(-1)), BLOCK)
+    payload = memoryview(b"".join(bytes(p) for p in pieces))
+    out = np.empty_like(x)
+    OscarCodec(OscarConfig(rotation_dir=tmp_path)).decode(payload, params, BLOCK,
+                                                          memoryview(out.view(np.uint8).reshape(-1)))
+    np.testing.assert_array_equal(out, first)
+    # ... and without the file the block is corrupt (a miss), never garbage
+    with pytest.raises(CorruptBlockError, match="rotation"):
+        OscarCodec(OscarConfig(rotation_dir=tmp_path / "elsewhere")).decode(
+            payload, params, BLOCK, memoryview(out.view(np.uint8).reshape(-1)))
+
+
+def test_k_per_channel_groups_run_along_tokens() -> None:
+    """K constant along tokens (per channel) is exact per channel, not per token."""
+    x = kv_like(BLOCK.shape).astype(np.float32)
+    x[0] = x[0, :, :1, :, :]  # every token's K equals token 0's
+    x = x.astype(ml_dtypes.bfloat16)
+    per_channel, _, _ = round_trip(LbqCodec(LbqConfig(bits=2)), x, BLOCK)
+    per_token, _, _ = round_trip(LbqCodec(LbqConfig(bits=2, k_groups="token")), x, BLOCK)
+    assert rel_err(x[0], per_channel[0]) < 2e-3 < rel_err(x[0], per_token[0])
+
+
+@settings(max_examples=30, deadline=None)
+@given(bits=st.sampled_from([2, 3, 4]), group=st.integers(8, 80), tokens=st.integers(1, 70),
+       dim=st.sampled_from([8, 24, 64]), k_groups=st.sampled_from(["channel", "token"]),
+       dtype=st.sampled_from(["bfloat16", "float16", "float32"]), seed=st.integers(0, 2**16))
+def test_lbq_stays_within_its_bound(bits: int, group: int, tokens: int, dim: int, k_groups: str,
+                                     dtype: str, seed: int) -> None:
+    layout = KVLayout(dtype, (2, 2, tokens, 2, dim), AXES)
+    x = kv_like(layout.shape, seed).astype(np.float32).astype({"bfloat16": ml_dtypes.bfloat16}.get(dtype, dtype))
+    codec = LbqCodec(LbqConfig(bits=bits, group_size=group, k_groups=k_groups))
+    out, _, _ = round_trip(codec, x, layout)
+    a, b = x.astype(np.float32), out.astype(np.float32)
+    assert np.max(np.abs(a - b)) <= codec.error_bound(layout) * np.max(np.abs(a)) + 1e-6
+
+
+@settings(max_examples=30, deadline=None)
+@given(bits=st.sampled_from([2, 3, 4]), count=st.integers(0, 200), seed=st.integers(0, 2**16))
+def test_bit_packing_round_trips(bits: int, count: int, seed: int) -> None:
+    codes = np.random.default_rng(seed).integers(0, 1 << bits, count, dtype=np.uint8)
+    packed = pack(codes, bits)
+    assert len(packed) == packed_size(count, bits)
+    np.testing.assert_array_equal(unpack(np.frombuffer(packed, np.uint8), bits, count), codes)
+
+
+@pytest.mark.parametrize("make", [Fp8Codec, LbqCodec, Int2Codec])
+def test_non_finite_blocks_are_stored_exactly(make: type[Codec]) -> None:
+    x = kv_like(BLOCK.shape).astype(np.float32)
+    x[1, 0, 5, 0, 3] = np.nan
+    x[0, 1, 7, 2, 0] = -np.inf
+    x = x.astype(ml_dtypes.bfloat16)
+    out, stored, params = round_trip(make(), x, BLOCK)
+    assert params == {"mode": "raw"} and stored == x.nbytes
+    assert out.view(np.uint16).tobytes() == x.view(np.uint16).tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_fp8_input_passes_through(dtype: str) -> None:
+    layout = KVLayout(dtype, BLOCK.shape, AXES)
+    raw = np.random.default_rng(0).integers(0, 256, int(np.prod(BLOCK.shape)), dtype=np.uint8)
+    pieces, params = Fp8Codec().encode(memoryview(raw), layout)
+    assert params == {"mode": "raw"} and b"".join(bytes(p) for p in pieces) == raw.tobytes()
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_fp8_error_is_fp8_rounding(fmt: str) -> None:
+    x = kv_like(BLOCK.shape, seed=9)
+    codec = Fp8Codec(Fp8Config(format=fmt, scale="token_head"))
+    out, _, _ = round_trip(codec, x, BLOCK)
+    a, b = x.astype(np.float32), out.astype(np.float32)
+    big = np.abs(a) > np.max(np.abs(a)) * 2**-6  # normal range of every scaled group
+    assert np.max(np.abs(a - b)[big] / np.abs(a)[big]) <= codec.error_bound(BLOCK)
+
+
+@pytest.mark.parametrize(("codec", "params"), [
+    (Fp8Codec(), {"mode": "fp8", "format": "e3m4", "scale": "block"}),
+    (Fp8Codec(), {"mode": "fp8", "format": "e4m3", "scale": "block", "v": 2}),
+    (LbqCodec(), {"mode": "lbq", "bits": 5, "group": 64, "k": "channel"}),
+    (LbqCodec(), {"mode": "oscar", "bits": 2, "rotation": "x"}),
+    (Int2Codec(), {"mode": "lbq", "bits": 2, "group": 32}),
+    (OscarCodec(), {"mode": "oscar", "bits": 3, "rotation": "x"}),
+])
+def test_params_it_does_not_understand_are_corrupt(codec: Codec, params: dict) -> None:
+    with pytest.raises(CorruptBlockError):
+        codec.decode(memoryview(bytes(1000)), params, BLOCK, memoryview(bytearray(BLOCK_BYTES)))
+
+
+BLOCK_BYTES = int(np.prod(BLOCK.shape)) * 2

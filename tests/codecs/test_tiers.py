@@ -1,0 +1,99 @@
+"""Codecs inside real tiers: per-tier config, stored sizes, damage and version changes are misses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from lifeboatcache_codec_lbq.lbq import LbqCodec
+from lifeboatcache_core.abc import KVLayout
+from lifeboatcache_core.cache import TieredCache
+from lifeboatcache_core.config import load_config_dict
+from lifeboatcache_core.errors import ConfigError
+from lifeboatcache_core.keys import BlockKey
+
+AXES = ("kv", "layer", "token", "head", "dim")
+LAYOUT = KVLayout("bfloat16", (2, 2, 256, 3, 64), AXES)
+
+
+def keys(n: int) -> list[BlockKey]:
+    return [BlockKey("codecs", i.to_bytes(8, "big") * 4) for i in range(n)]
+
+
+def blocks(n: int) -> list[np.ndarray]:
+    """bf16 blocks as uint16 bit patterns, as adapters hand them over (bf16 has no buffer format)."""
+    rng = np.random.default_rng(0)
+    return [(rng.standard_normal(LAYOUT.shape) * 2).astype(ml_dtypes.bfloat16).view(np.uint16) for _ in range(n)]
+
+
+def as_float(x: np.ndarray) -> np.ndarray:
+    return x.view(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def open_cache(tmp_path: Path, codec: str, **options: object) -> TieredCache:
+    tier = {"name": "nvme", "backend": "file", "capacity_gb": 1, "path": str(tmp_path / "tier"),
+            "codec": codec, "codec_options": options}
+    config = {"tiers": [tier], "fallback_local": {"path": str(tmp_path / "fallback"), "capacity_gb": 1}}
+    return TieredCache(load_config_dict(config), background_index=False)
+
+
+def stored_bytes(cache: TieredCache) -> int:
+    return int(cache.stats()["nvme"]["bytes_used"])
+
+
+@pytest.mark.parametrize(("codec", "options", "exact", "max_share"), [
+    ("lossless", {}, True, 0.9),
+    ("fp8", {"scale": "token_head"}, False, 0.52),
+    ("lbq", {"bits": 3}, False, 0.23),
+    ("int2", {}, False, 0.2),
+    ("oscar", {}, False, 0.17),
+])
+def test_tier_codec_round_trip_and_size(tmp_path: Path, codec: str, options: dict, exact: bool,
+                                        max_share: float) -> None:
+    if codec == "oscar":
+        options = {"rotation_dir": str(tmp_path / "rotations")}
+    data = blocks(3)
+    with open_cache(tmp_path, codec, **options) as cache:
+        assert cache.put(keys(3), data, layout=LAYOUT) == [True] * 3
+        assert stored_bytes(cache) <= max_share * sum(d.nbytes for d in data) + 3 * 8192
+    with open_cache(tmp_path, codec, **options) as cache:  # after a restart, from the files
+        out = [np.empty_like(d) for d in data]
+        assert cache.get(keys(3), out) == [True] * 3
+        for d, o in zip(data, out, strict=True):
+            if exact:
+                assert o.tobytes() == d.tobytes()
+            else:
+                err = np.linalg.norm(as_float(o) - as_float(d)) / np.linalg.norm(as_float(d))
+                assert 0 < err < 0.6
+
+
+def test_block_of_another_codec_version_is_a_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = blocks(1)
+    with open_cache(tmp_path, "lbq") as cache:
+        assert cache.put(keys(1), data, layout=LAYOUT) == [True]
+    monkeypatch.setattr(LbqCodec, "version", 2)  # the installed package is newer than the block
+    with open_cache(tmp_path, "lbq") as cache:
+        out = [np.full_like(data[0], 7)]
+        assert cache.get(keys(1), out) == [False]
+        assert cache.stats()["nvme"]["incompatible_blocks"] == 1
+
+
+def test_damaged_quantized_payload_is_a_miss(tmp_path: Path) -> None:
+    data = blocks(1)
+    with open_cache(tmp_path, "lbq", bits=4) as cache:
+        cache.put(keys(1), data, layout=LAYOUT)
+        path = Path(cache.tiers[0].backend.path_of(keys(1)[0]))  # type: ignore[union-attr]
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) // 2] ^= 0x04  # one code of one group: only the block checksum can tell
+        path.write_bytes(raw)
+        assert cache.get(keys(1), [np.empty_like(data[0])]) == [False]
+        assert cache.stats()["nvme"]["corrupt_blocks"] == 1
+
+
+def test_codec_options_are_checked_at_config_time(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="bits"):
+        open_cache(tmp_path, "lbq", bits=5)
+    with pytest.raises(ConfigError, match="group_sise"):
+        open_cache(tmp_path, "int2", group_sise=16)
