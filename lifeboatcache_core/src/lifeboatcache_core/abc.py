@@ -69,6 +69,24 @@ class Backend(ABC):
     def scan(self) -> Iterator[tuple[BlockKey, int]]:
         """Every stored key with its stored size, for rebuilding the index."""
 
+    def list_keys(self) -> Iterator[BlockKey]:
+        """Every stored key, as cheaply as the store allows (names only: recovery reconciles
+        millions of keys against the manifest with this)."""
+        for key, _size in self.scan():
+            yield key
+
+    def read_header(self, key: BlockKey) -> tuple[BlockMeta, int]:
+        """The verified meta of ``key`` and its stored size, reading as little as possible.
+
+        Recovery uses it for blocks the manifest does not know; the default reads the block.
+        """
+        meta, payload = self.read(key)
+        return meta, payload.nbytes
+
+    def default_manifest_url(self) -> str | None:
+        """Where this backend keeps its manifest unless the tier sets ``manifest_url``."""
+        return None
+
     def quarantine(self, key: BlockKey, reason: str) -> None:
         """Set a damaged block aside (default: delete it)."""
         self.delete(key)

@@ -405,9 +405,12 @@ class TieredCache:
     def _monitor_loop(self) -> None:
         while not self._closed.wait(_MONITOR_INTERVAL_S):
             now = time.monotonic()
-            for tier in self.all_tiers:
-                if not tier.up and now >= tier.next_probe and tier.open():
-                    self._start_index(tier)
+            for tier in list(self.all_tiers):
+                if not tier.up:
+                    if now >= tier.next_probe and tier.open():
+                        self._start_index(tier)
+                elif now >= tier.next_check:
+                    tier.check()
 
     def health(self) -> list[dict[str, Any]]:
         return [t.health() for t in self.all_tiers]

@@ -68,6 +68,9 @@ class TierConfig(BaseModel):
     io_threads: int = Field(default=4, ge=1, le=256)
     unhealthy_after: int = Field(default=5, ge=1)
     reprobe_seconds: float = Field(default=5.0, gt=0)
+    probe_seconds: float = Field(default=30.0, gt=0)
+    manifest: bool = True
+    manifest_url: str | None = None
 
     _backend_options: PluginConfig | None = PrivateAttr(default=None)
     _codec_options: PluginConfig | None = PrivateAttr(default=None)

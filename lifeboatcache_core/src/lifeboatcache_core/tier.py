@@ -11,13 +11,16 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lifeboatcache_core.abc import Backend, BlockHint, Codec, EvictionPolicy, KVLayout
 from lifeboatcache_core.chunkfile import BlockMeta
 from lifeboatcache_core.errors import CorruptBlockError, LifeboatError
 from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.manifest import Manifest, ManifestError
 from lifeboatcache_core.metrics import OPS, LatencyHistogram, TierStats
+from lifeboatcache_core.recovery import RecoveryProgress, recover
 
 if TYPE_CHECKING:
     from lifeboatcache_core.config import TierConfig
@@ -30,7 +33,6 @@ BLOCK_OVERHEAD = 4096 + 64
 MAX_BACKOFF_S = 60.0
 #: how long a put waits for in-flight writes to land when only they stand between it and space
 RESERVE_WAIT_S = 5.0
-_SCAN_BATCH = 4096
 
 
 class IncompatibleBlockError(LifeboatError):
@@ -73,10 +75,13 @@ class Tier:
         self.index_loading = False
         self.consecutive_errors = 0
         self.next_probe = 0.0
+        self.next_check = time.monotonic() + cfg.probe_seconds
         self.backoff = cfg.reprobe_seconds
         self.lower: Tier | None = None  # next tier down, for write-back demotion
         self._codecs: dict[str, Codec] = {self.codec.tag: self.codec}
         self._identity = bool(getattr(self.codec, "identity", False))
+        self.manifest: Manifest | None = None
+        self.recovery = RecoveryProgress()
 
     # ------------------------------------------------------------------ health
 
@@ -86,6 +91,7 @@ class Tier:
             if self.backend is None:
                 self.backend = self._backend_cls(self.cfg.backend_options, tier=self.name)
             self.backend.probe()
+            self._open_manifest()
         except Exception as exc:  # any failure to open is a reason, never a crash
             self.mark_down(_reason(exc))
             return False
@@ -96,6 +102,16 @@ class Tier:
         if not was_up:
             log.info("tier %s (%s) is up", self.name, self.backend_name)
         return True
+
+    def check(self) -> None:
+        """Periodic write probe of an up tier (DESIGN §6): a failure marks it down with the reason."""
+        self.next_check = time.monotonic() + self.cfg.probe_seconds
+        if self.backend is None or not self.up:
+            return
+        try:
+            self.backend.probe()
+        except Exception as exc:
+            self.mark_down(_reason(exc))
 
     def mark_down(self, reason: str) -> None:
         with self.lock:
@@ -122,33 +138,74 @@ class Tier:
     # ------------------------------------------------------------------ index
 
     def load_index(self) -> None:
-        """Fill the index from the backend; the tier serves (by direct reads) meanwhile."""
+        """Rebuild the index (manifest, then the files); the tier serves by direct reads meanwhile."""
         assert self.backend is not None
-        batch: list[tuple[BlockKey, int]] = []
         try:
-            for item in self.backend.scan():
-                batch.append(item)
-                if len(batch) >= _SCAN_BATCH:
-                    self._add_scanned(batch)
-                    batch = []
-            self._add_scanned(batch)
+            progress = recover(self)
         except Exception as exc:
-            log.warning("tier %s: index scan failed: %s", self.name, _reason(exc))
+            self.recovery.phase = "failed"
+            log.warning("tier %s: index recovery failed: %s", self.name, _reason(exc))
             self._io_error(exc)
             return
         finally:
             self.index_loading = False
         self.index_complete = True
         self._evict_over_capacity()
-        log.info("tier %s: index loaded, %d blocks, %d bytes", self.name, len(self.index), self.used)
+        log.info("tier %s: index complete, %d blocks, %d bytes in %.2fs (%d from the manifest, %d from files, "
+                 "%d rows without a file)", self.name, len(self.index), self.used, progress.seconds,
+                 progress.manifest_rows, progress.added_from_files, progress.missing_files)
 
-    def _add_scanned(self, batch: list[tuple[BlockKey, int]]) -> None:
+    def add_to_index(self, items: list[tuple[BlockKey, int]]) -> None:
+        """Index blocks known to be stored (recovery); keys already indexed are kept as they are."""
         with self.lock:
-            for key, size in batch:
-                if key not in self.index:
-                    self.index[key] = size
+            index, policy = self.index, self.policy
+            for key, size in items:
+                if key not in index:
+                    index[key] = size
                     self.used += size
-                    self.policy.insert(key, size, None)
+                    policy.insert(key, size, None)
+
+    def drop_from_index(self, keys: list[BlockKey]) -> None:
+        """Forget blocks that are no longer stored (their manifest rows go too)."""
+        with self.lock:
+            for key in keys:
+                self._forget(key)
+
+    def set_aside(self, key: BlockKey, reason: str) -> None:
+        """A damaged block: quarantine it and count it; it will be a miss."""
+        self._corrupt(key, reason)
+
+    # ------------------------------------------------------------------ manifest
+
+    def _open_manifest(self) -> None:
+        assert self.backend is not None
+        url = self.cfg.manifest_url or self.backend.default_manifest_url()
+        if not self.cfg.manifest or url is None or self.manifest is not None:
+            return
+        try:
+            self.manifest = Manifest(url, self.name)
+        except ManifestError as exc:
+            if not _set_aside_sqlite(url):
+                log.warning("tier %s: %s; running without a manifest (restarts rescan)", self.name, exc)
+                return
+            log.warning("tier %s: %s; set aside, starting a new one", self.name, exc)
+            try:
+                self.manifest = Manifest(url, self.name)
+            except ManifestError as again:
+                log.warning("tier %s: %s; running without a manifest", self.name, again)
+
+    def reset_manifest(self) -> None:
+        """The manifest failed while reading: set it aside and start an empty one."""
+        if self.manifest is None:
+            return
+        url = self.manifest.url
+        try:
+            self.manifest.close()
+        except Exception:
+            pass
+        self.manifest = None
+        if _set_aside_sqlite(url):
+            self._open_manifest()
 
     def _evict_over_capacity(self) -> None:
         victims: list[tuple[BlockKey, int]] = []
@@ -182,6 +239,8 @@ class Tier:
         size = self.index.pop(key, 0)
         self.used -= size
         self.policy.remove(key)
+        if self.manifest is not None:
+            self.manifest.record_delete(key)
         return size
 
     # ------------------------------------------------------------------ put
@@ -233,6 +292,8 @@ class Tier:
             self.stats.puts += 1
             self.stats.bytes_written += stored
             self.stats.raw_bytes_written += raw.nbytes
+            if self.manifest is not None:  # under the lock: ordered with a concurrent eviction's delete
+                self.manifest.record_put(key, raw.nbytes, stored, codec.tag, hint.tag if hint else None)
         self._io_ok()
         return True
 
@@ -350,6 +411,8 @@ class Tier:
             self.policy.touch(key)
             self.stats.hits += 1
             self.stats.bytes_read += self.index.get(key, 0)
+        if self.manifest is not None:
+            self.manifest.record_access(key)
         self._io_ok()
         return meta
 
@@ -419,15 +482,37 @@ class Tier:
             "reason": self.reason,
             "persistent": self.persistent,
             "index_complete": self.index_complete,
+            "recovery": self.recovery.as_dict(),
         }
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
+        if self.manifest is not None:
+            try:
+                self.manifest.close()
+            except Exception as exc:
+                log.warning("tier %s: manifest close failed: %s", self.name, exc)
         if self.backend is not None:
             try:
                 self.backend.close()
             except Exception as exc:
                 log.warning("tier %s: close failed: %s", self.name, exc)
+
+
+def _set_aside_sqlite(url: str) -> bool:
+    """Move a damaged SQLite manifest (and its WAL files) aside; False for other databases."""
+    if not url.startswith("sqlite:///"):
+        return False
+    path = Path(url.removeprefix("sqlite:///"))
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    for suffix in ("", "-wal", "-shm"):
+        part = Path(f"{path}{suffix}")
+        if part.exists():
+            try:
+                part.rename(f"{path}.corrupt-{stamp}{suffix}")
+            except OSError:
+                return False
+    return True
 
 
 def _reason(exc: BaseException) -> str:

@@ -18,6 +18,7 @@ import errno
 import json
 import mmap
 import os
+import re
 import secrets
 import socket
 import threading
@@ -44,12 +45,15 @@ from lifeboatcache_core.chunkfile import (
     payload_digest,
 )
 from lifeboatcache_core.errors import CorruptBlockError, TierUnavailableError
-from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.keys import MAX_DIGEST_BYTES, BlockKey
+from lifeboatcache_core.manifest import sqlite_url
 
 SUFFIX = ".lbk"
+MANIFEST_NAME = "manifest.sqlite"
 PARTIAL = ".partial"
 HEAD_READ = 4096
 GB = 1024**3
+_NAMESPACE_DIR = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _HOST = xxhash.xxh32_hexdigest(socket.gethostname().encode())
 
 
@@ -309,6 +313,46 @@ class FileBackend(Backend):
                                 continue
                         elif name.endswith(PARTIAL):
                             self._sweep_partial(entry)
+
+    def list_keys(self) -> Iterator[BlockKey]:
+        """Block keys from file names alone (no stat, no open); sweeps dead writers' partials."""
+        for ns in _subdirs(self._root):
+            if ns.name.startswith(".") or not _NAMESPACE_DIR.match(ns.name):
+                continue
+            namespace = ns.name
+            for a in _subdirs(ns.path):
+                for b in _subdirs(a.path):
+                    with os.scandir(b.path) as entries:
+                        for entry in entries:
+                            name = entry.name
+                            if name.endswith(SUFFIX):
+                                try:
+                                    digest = bytes.fromhex(name[: -len(SUFFIX)])
+                                except ValueError:
+                                    continue
+                                if 0 < len(digest) <= MAX_DIGEST_BYTES:
+                                    yield BlockKey.trusted(namespace, digest)
+                            elif name.endswith(PARTIAL):
+                                self._sweep_partial(entry)
+
+    def read_header(self, key: BlockKey) -> tuple[BlockMeta, int]:
+        """Header and meta checks only (magic, lengths, crc, identity): one small read."""
+        try:
+            fd = os.open(self.path_of(key), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise KeyError(key) from None
+        try:
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, HEAD_READ, 0)
+            header_len = parse_fixed(head)[0]
+            if header_len > len(head):
+                head = os.pread(fd, header_len, 0)
+            return parse_header(head, size, key).meta, size
+        finally:
+            os.close(fd)
+
+    def default_manifest_url(self) -> str:
+        return sqlite_url(self.root / MANIFEST_NAME)
 
     def sweep_partials(self) -> int:
         """Remove ``.partial`` files left by dead writers; return how many."""
