@@ -171,3 +171,21 @@ def test_params_it_does_not_understand_are_corrupt(codec: Codec, params: dict) -
 
 
 BLOCK_BYTES = int(np.prod(BLOCK.shape)) * 2
+
+
+def test_opaque_engine_rows_lbq_quantizes_oscar_keeps_raw(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """vLLM's native rows are described as (layer, block, page): lbq groups along the page,
+    oscar (which needs head vectors) stores them unchanged and says why, once."""
+    layout = KVLayout("bfloat16", (2, 4, 2048), ("layer", "block", "page"))
+    x = kv_like(layout.shape, seed=5)
+    lbq = LbqCodec()
+    out, stored, params = round_trip(lbq, x, layout)
+    assert params["mode"] == "lbq" and x.nbytes / stored >= 3.5
+    a, b = x.astype(np.float32), out.astype(np.float32)
+    assert np.max(np.abs(a - b)) <= lbq.error_bound(layout) * np.max(np.abs(a))
+    oscar = OscarCodec(OscarConfig(rotation_dir=tmp_path))
+    for _ in range(2):
+        out, stored, params = round_trip(oscar, x, layout)
+        assert params == {"mode": "raw"} and out.tobytes() == x.tobytes()
+    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
+    assert "no 'dim' axis" in caplog.records[0].message

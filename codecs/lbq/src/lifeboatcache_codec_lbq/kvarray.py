@@ -22,7 +22,8 @@ FLOAT_DTYPES: dict[str, np.dtype] = {
 
 
 def quantizable(layout: KVLayout | None) -> bool:
-    return layout is not None and layout.dtype in FLOAT_DTYPES and "token" in layout.axes and all(layout.shape)
+    """A float block with a known shape; axes the codec needs but lacks fall back to the last axis."""
+    return layout is not None and layout.dtype in FLOAT_DTYPES and all(layout.shape)
 
 
 def load(raw: memoryview, layout: KVLayout) -> np.ndarray:

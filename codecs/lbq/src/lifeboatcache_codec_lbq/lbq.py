@@ -3,7 +3,9 @@
 KIVI (Liu et al., 2024) observed that keys have a few channels of consistently large
 magnitude while values do not, so it quantizes K per channel (groups run along the tokens of
 one channel) and V per token (groups run along the channels of one token). ``lbq`` does the
-same by default (``k_groups = "channel"``); ``"token"`` groups K like V.
+same by default (``k_groups = "channel"``); ``"token"`` groups K like V. A layout without
+``kv``/``token``/``dim`` axes (e.g. vLLM's opaque ``layer, block, page`` rows) is quantized in
+contiguous groups along its last axis, which is always valid, just not KIVI's grouping.
 
 Payload, per half of the block (K then V; a block without a ``kv`` axis is one half): the
 packed codes (row-major over the groups), the float16 scales, the float16 zeros. Every length
@@ -86,10 +88,13 @@ class GroupQuantCodec(Codec):
     def _clip(self, half: str, layout: KVLayout, params: dict[str, Any], n_rows: int) -> float | np.ndarray:
         return 1.0
 
+    def _can_quantize(self, layout: KVLayout | None) -> bool:
+        return kvarray.quantizable(layout)
+
     # ------------------------------------------------------------------ codec
 
     def encode(self, raw: memoryview, layout: KVLayout | None) -> tuple[Sequence[Buffer], dict[str, Any]]:
-        if layout is None or not kvarray.quantizable(layout):
+        if layout is None or not self._can_quantize(layout):
             return [raw], {"mode": "raw"}
         x = kvarray.load(raw, layout)
         peak = np.max(np.abs(x))
@@ -116,7 +121,7 @@ class GroupQuantCodec(Codec):
         if params.get("mode") != self.mode:
             raise CorruptBlockError(f"{self.tag}: params not understood: {params!r}")
         self._check_params(params)
-        if layout is None or not kvarray.quantizable(layout) or kvarray.raw_size(layout) != dest.nbytes:
+        if layout is None or not self._can_quantize(layout) or kvarray.raw_size(layout) != dest.nbytes:
             raise CorruptBlockError(f"{self.name}: layout {layout} does not describe a {dest.nbytes}-byte float block")
         bits = params["bits"]
         shape = kvarray.half_shape(layout)

@@ -31,6 +31,7 @@ hosts must share ``rotation_dir`` too (put it on the shared storage).
 from __future__ import annotations
 
 import io
+import logging
 import os
 import tempfile
 import threading
@@ -49,7 +50,11 @@ from lifeboatcache_codec_lbq import kvarray
 from lifeboatcache_codec_lbq.groups import dequantize_rows, quantize_rows
 from lifeboatcache_codec_lbq.lbq import ROUNDING_SLACK, GroupQuantCodec
 
+log = logging.getLogger("lifeboatcache.codec.oscar")
+
 BITS = 2
+#: largest head dimension we rotate (the rotation is dim x dim per layer and head)
+MAX_DIM = 1024
 #: the BLAS thread pool, limited to one thread around our small matmuls (see _rotate)
 _BLAS = ThreadpoolController()
 CLIP_GRID = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5)
@@ -158,6 +163,7 @@ class OscarCodec(GroupQuantCodec):
         self.options: OscarConfig = self.config  # type: ignore[assignment]
         self._lock = threading.Lock()
         self._calibrating = threading.Lock()
+        self._warned = False
         self._by_id: dict[str, Rotation] = {}
         self._by_shape: dict[tuple[Any, ...], Rotation] = {}
 
@@ -167,9 +173,9 @@ class OscarCodec(GroupQuantCodec):
         Typical errors are far smaller (see ``lifeboatcache bench codecs``); this is the bound
         the rotation can prove: per coordinate at most the vector's rotated error norm.
         """
-        if layout is None or not kvarray.quantizable(layout):
-            return 0.0
-        dim = layout.shape[kvarray.group_axis(layout.axes, "dim")]
+        if layout is None or not kvarray.quantizable(layout) or "dim" not in layout.axes:
+            return 0.0  # stored raw
+        dim = layout.shape[layout.axes.index("dim")]
         # rotated coordinates are within +-sqrt(dim) * max|x|; the grid's error is <= its range;
         # the error vector's norm is <= sqrt(dim) times its largest coordinate.
         return 2.0 * dim * (1.0 + ROUNDING_SLACK) if not self.options.center else float("inf")
@@ -232,6 +238,20 @@ class OscarCodec(GroupQuantCodec):
         return found
 
     # ------------------------------------------------------------------ GroupQuantCodec hooks
+
+    def _can_quantize(self, layout: KVLayout | None) -> bool:
+        """Rotations act on head vectors: the layout must name its ``dim`` axis."""
+        if not kvarray.quantizable(layout):
+            return False
+        assert layout is not None
+        if "dim" in layout.axes and layout.shape[layout.axes.index("dim")] <= MAX_DIM:
+            return True
+        if not self._warned:
+            self._warned = True
+            log.warning("oscar: blocks of layout %s have no 'dim' axis of at most %d, so they are stored "
+                        "unquantized; the engine adapter must describe blocks with (kv, layer, token, head, "
+                        "dim) axes for oscar to apply", layout.axes, MAX_DIM)
+        return False
 
     def _params(self, layout: KVLayout, x: np.ndarray) -> dict[str, Any]:
         with self._lock:
