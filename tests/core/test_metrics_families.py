@@ -109,3 +109,16 @@ def test_process_collector_keeps_the_existing_names(tmp_path: Path) -> None:
                  "evictions_total", "corrupt_blocks_total", "errors_total", "blocks", "bytes_used",
                  "capacity_bytes", "tier_up", "index_complete"):
         assert f'lifeboatcache_{name}{{tier="names-tier"}}' in text
+
+
+def test_recovery_progress_after_a_restart(tmp_path: Path) -> None:
+    with open_cache(tmp_path, file_tier(tmp_path / "t")) as cache:
+        cache.put(keys(5), blobs(5, 3000))
+    with open_cache(tmp_path, file_tier(tmp_path / "t")) as cache:
+        assert cache.wait_ready(30)
+        text = exposition(merge_samples([cache_sample(cache)]))
+    assert value(text, 'lifeboatcache_blocks{tier="nvme"}') == 5
+    assert value(text, 'lifeboatcache_index_complete{tier="nvme"}') == 1
+    assert value(text, 'lifeboatcache_index_loading{tier="nvme"}') == 0
+    assert value(text, 'lifeboatcache_recovery_phase{phase="done",tier="nvme"}') == 1
+    assert value(text, 'lifeboatcache_recovery_seconds{tier="nvme"}') >= 0

@@ -65,7 +65,9 @@ function drawLine(svg, values, max) {
 function tierRow(t) {
   const tr = document.createElement("tr");
   const health = t.tier_up ? '<span class="up">up</span>' : `<span class="down">down: ${escapeHtml(t.reason)}</span>`;
-  const loading = t.index_loading ? ' <span class="muted">(rebuilding index)</span>' : "";
+  const loading = t.index_loading
+    ? ` <span class="muted">(rebuilding index: ${escapeHtml(t.recovery_phase)}, ${fmtNum(t.recovery_listed)} listed)</span>`
+    : "";
   tr.innerHTML = `<td>${escapeHtml(t.name)}</td><td>${escapeHtml(t.backend)}</td><td>${health}${loading}</td>
     <td><span class="bar"><span style="width:${Math.min(100, 100 * t.occupancy).toFixed(1)}%"></span></span>
       ${fmtBytes(t.bytes_used)} / ${fmtBytes(t.capacity_bytes)}</td>

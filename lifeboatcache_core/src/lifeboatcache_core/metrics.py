@@ -71,6 +71,15 @@ TIER_GAUGES = {
     "index_loading": "1 while the tier's index is being rebuilt from storage (recovery in progress)",
 }
 
+#: progress of the last index rebuild (restart recovery), per tier; the largest view wins across processes
+RECOVERY_GAUGES = {
+    "manifest_rows": "Index entries read from the manifest by the last index rebuild",
+    "listed": "Stored blocks listed from storage by the last index rebuild",
+    "added_from_files": "Blocks the last index rebuild found in storage but not in the manifest",
+    "missing_files": "Manifest rows the last index rebuild found without a stored block",
+    "seconds": "Duration of the last index rebuild so far",
+}
+
 #: cache-level counters (no tier label): name -> help
 CACHE_COUNTERS = {
     "lookups": "Get requests (batches) from the engine",
@@ -163,6 +172,7 @@ def cache_sample(cache: TieredCache) -> Sample:
             policy=tier.cfg.policy,
             reason=tier.reason or "ok",
             latency={op: hist.sample() for op, hist in tier.latency.items()},
+            **_recovery(tier),
         )
         tiers[tier.name] = values
     stats: CacheStats = cache.telemetry
@@ -171,6 +181,14 @@ def cache_sample(cache: TieredCache) -> Sample:
         "cache": stats.counters(),
         "job_latency": {op: hist.sample() for op, hist in stats.job_latency.items()},
     }
+
+
+def _recovery(tier: Any) -> dict[str, Any]:
+    """The tier's recovery progress (``tier.recovery``, when the core tracks it) as ``recovery_*`` values."""
+    progress = getattr(tier, "recovery", None)
+    out: dict[str, Any] = {f"recovery_{name}": getattr(progress, name, 0) or 0 for name in RECOVERY_GAUGES}
+    out["recovery_phase"] = str(getattr(progress, "phase", "done" if tier.index_complete else "pending"))
+    return out
 
 
 def process_samples() -> list[Sample]:
@@ -216,6 +234,11 @@ def merge_samples(samples: Iterable[Sample]) -> Sample:
             for name in ("blocks", "bytes_used", "capacity_bytes", "index_loading"):
                 value = values.get(name, 0)
                 acc[name] = max(acc[name], value) if values["persistent"] else acc[name] + value
+            for name in RECOVERY_GAUGES:
+                acc[f"recovery_{name}"] = max(acc.get(f"recovery_{name}", 0), values.get(f"recovery_{name}", 0))
+            phase = values.get("recovery_phase", "done")
+            if acc.get("recovery_phase", "done") == "done":
+                acc["recovery_phase"] = phase  # a process still recovering shows its phase
             acc["tier_up"] = min(acc["tier_up"], values["tier_up"])
             acc["index_complete"] = min(acc["index_complete"], values["index_complete"])
             if values["reason"] != "ok" and values["reason"] not in acc["reasons"]:
@@ -276,6 +299,14 @@ def families(sample: Sample) -> Iterator[_Family]:
     info = GaugeMetricFamily(
         "lifeboatcache_tier_info", "Tier health reason (value 1)", labels=["tier", "backend", "reason"]
     )
+    recovery = {
+        name: GaugeMetricFamily(f"lifeboatcache_recovery_{name}", doc, labels=["tier"])
+        for name, doc in RECOVERY_GAUGES.items()
+    }
+    recovery_phase = GaugeMetricFamily(
+        "lifeboatcache_recovery_phase", "Phase of the tier's index rebuild (value 1; done when finished)",
+        labels=["tier", "phase"],
+    )
     io_latency = HistogramMetricFamily(
         "lifeboatcache_io_latency_seconds",
         "Per-block I/O time (encode/decode + storage) of each tier, observed once per batch slice",
@@ -289,12 +320,16 @@ def families(sample: Sample) -> Iterator[_Family]:
         compression.add_metric([tier_name], ratios["tiers"][tier_name]["compression_ratio"])
         occupancy.add_metric([tier_name], ratios["tiers"][tier_name]["occupancy"])
         info.add_metric([tier_name, values["backend"], values["reason"]], 1)
+        for name, family in recovery.items():
+            family.add_metric([tier_name], values.get(f"recovery_{name}", 0))
+        recovery_phase.add_metric([tier_name, values.get("recovery_phase", "done")], 1)
         for op, hist in sorted(values["latency"].items()):
             if hist:
                 io_latency.add_metric([tier_name, op], _buckets(hist), hist["sum"])
     yield from counters.values()
     yield from gauges.values()
-    yield from (compression, occupancy, info, io_latency)
+    yield from (compression, occupancy, info, io_latency, recovery_phase)
+    yield from recovery.values()
     for name, doc in CACHE_COUNTERS.items():
         family = CounterMetricFamily(f"lifeboatcache_{name}", doc)
         family.add_metric([], sample["cache"].get(name, 0))

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("lifeboatcache")
 
-_RESTART_FIELDS = ("io_threads",)
+#: tier fields this module applies live; any other field (io_threads, manifest, ...) needs a restart
+_LIVE_FIELDS = frozenset({"name", "backend", "capacity_gb", "codec", "codec_options", "policy", "policy_options",
+                          "write", "unhealthy_after", "reprobe_seconds"})
 _GB = 1024**3
 
 
@@ -51,7 +53,8 @@ def _update_tier(tier: Tier, old: TierConfig, new: TierConfig, result: Reconfigu
             f"(or add the new storage as a tier under another name and remove {name!r})"
         )
         return old
-    kept = {f: getattr(old, f) for f in _RESTART_FIELDS if getattr(old, f) != getattr(new, f)}
+    restart_fields = sorted(set(TierConfig.model_fields) - _LIVE_FIELDS)
+    kept = {f: getattr(old, f) for f in restart_fields if getattr(old, f) != getattr(new, f)}
     for f, value in kept.items():
         result.restart.append(f"tier {name}: {f} {value} -> {getattr(new, f)} needs a restart")
     in_force = new.model_copy(update=kept) if kept else new
