@@ -1,0 +1,40 @@
+"""``lifeboatcache fsck PATH [--fix] [--json]``: check (and repair) a file tier."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from lifeboatcache_core.fsck import fsck
+from rich.console import Console
+from rich.table import Table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("fsck")
+    def fsck_command(
+        path: str = typer.Argument(..., help="The file tier's directory (its `path` option)."),
+        fix: bool = typer.Option(False, "--fix", help="Quarantine damaged blocks and repair the manifest."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        tier: str | None = typer.Option(None, "--tier", help="Tier name in the manifest (if several)."),
+    ) -> None:
+        """Verify every block of a file tier against its hash and its manifest. Exit 1 if problems remain."""
+        try:
+            report = fsck(path, fix=fix, tier=tier)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            typer.echo(f"fsck: {exc}", err=True)
+            raise typer.Exit(2) from None
+        if as_json:
+            typer.echo(json.dumps(report.as_dict()))
+        else:
+            table = Table("ok", "corrupt", "partial", "orphan", "missing", "foreign",
+                          title=f"{report.path} (manifest {report.manifest})")
+            table.add_row(*(str(getattr(report, k)) for k in ("ok", "corrupt", "partial", "orphan", "missing",
+                                                               "foreign")))
+            console = Console()
+            console.print(table)
+            for line in report.examples:
+                console.print(f"  {line}")
+            if fix:
+                console.print(f"fixed: {report.fixed}")
+        raise typer.Exit(1 if report.problems_left else 0)

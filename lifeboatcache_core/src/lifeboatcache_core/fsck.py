@@ -1,0 +1,154 @@
+"""``fsck`` for a file tier: verify every block and compare the files with the manifest.
+
+Counts ok / corrupt / partial / orphan (a file without a manifest row) / missing (a row
+without a file) / foreign (a valid block of another key or namespace at this path). With
+``fix``: damaged and foreign blocks are quarantined, dead writers' partial files removed,
+and the manifest made to match the files (files are the truth).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from lifeboatcache_core.builtin.file import MANIFEST_NAME, PARTIAL, SUFFIX, FileBackend, FileConfig
+from lifeboatcache_core.errors import CorruptBlockError
+from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.manifest import Manifest, blocks, sqlite_url
+
+_FOREIGN = ("foreign namespace", "block belongs to another key")
+MAX_LISTED = 20
+
+
+@dataclass
+class FsckReport:
+    path: str
+    manifest: str  # "present" | "absent"
+    ok: int = 0
+    corrupt: int = 0
+    partial: int = 0
+    orphan: int = 0
+    missing: int = 0
+    foreign: int = 0
+    fixed: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def problems(self) -> int:
+        return self.corrupt + self.partial + self.orphan + self.missing + self.foreign
+
+    @property
+    def problems_left(self) -> int:
+        return max(0, self.problems - sum(self.fixed.values()))
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(problems=self.problems, problems_left=self.problems_left)
+        return out
+
+    def note(self, kind: str, what: str) -> None:
+        if len(self.examples) < MAX_LISTED:
+            self.examples.append(f"{kind}: {what}")
+
+
+def _tier_name(manifest_path: Path) -> str | None:
+    probe = Manifest(sqlite_url(manifest_path), "fsck-probe", flush_interval=3600)
+    try:
+        with probe._engine.connect() as conn:
+            names = [r[0] for r in conn.execute(select(blocks.c.tier).distinct())]
+    finally:
+        probe.close()
+    return names[0] if len(names) == 1 else None
+
+
+def fsck(path: str | os.PathLike[str], *, fix: bool = False, tier: str | None = None) -> FsckReport:
+    """Check the file tier at ``path``; with ``fix`` repair what can be repaired."""
+    root = Path(path)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} is not a directory")
+    backend = FileBackend(FileConfig(path=root), tier="fsck")
+    manifest_path = root / MANIFEST_NAME
+    report = FsckReport(str(root), "present" if manifest_path.exists() else "absent")
+    manifest = None
+    rows: dict[BlockKey, int] = {}
+    if manifest_path.exists() or fix:
+        name = tier or (_tier_name(manifest_path) if manifest_path.exists() else None) or "nvme"
+        manifest = Manifest(sqlite_url(manifest_path), name)
+        rows = {BlockKey.trusted(ns, d): n for ns, d, n in manifest.load()}
+
+    partials = [p for p in root.rglob(f"*{PARTIAL}") if not p.name.startswith("NAMESPACE")]
+    report.partial = len(partials)
+    for p in partials:
+        report.note("partial", str(p.relative_to(root)))
+
+    on_disk: set[BlockKey] = set()
+    damaged: list[tuple[BlockKey, str]] = []
+    orphans: list[tuple[BlockKey, Any]] = []
+    for key in _keys_on_disk(root):
+        on_disk.add(key)
+        try:
+            meta, _payload = backend.read(key)
+        except CorruptBlockError as exc:
+            if exc.reason.startswith(_FOREIGN):
+                report.foreign += 1
+                report.note("foreign", f"{key.namespace}/{key.hex}: {exc.reason}")
+            else:
+                report.corrupt += 1
+                report.note("corrupt", f"{key.namespace}/{key.hex}: {exc.reason}")
+            damaged.append((key, exc.reason))
+            continue
+        except KeyError:
+            continue
+        report.ok += 1
+        if key not in rows:
+            orphans.append((key, (meta, backend.path_of(key))))
+    if manifest is not None or report.manifest == "present":
+        report.orphan = len(orphans)
+        for key, _ in orphans[:MAX_LISTED]:
+            report.note("orphan", f"{key.namespace}/{key.hex}")
+    missing = [k for k in rows if k not in on_disk]
+    report.missing = len(missing)
+    for key in missing[:MAX_LISTED]:
+        report.note("missing", f"{key.namespace}/{key.hex}")
+
+    if fix:
+        for key, reason in damaged:
+            backend.quarantine(key, reason)
+            if manifest is not None:
+                manifest.record_delete(key)
+        report.fixed["corrupt"] = report.corrupt
+        report.fixed["foreign"] = report.foreign
+        report.fixed["partial"] = sum(_unlink(p) for p in partials)
+        assert manifest is not None
+        for key, (meta, file_path) in orphans:
+            manifest.record_put(key, meta.raw_len, os.stat(file_path).st_size, meta.codec, meta.tag)
+        report.fixed["orphan"] = report.orphan
+        for key in missing:
+            manifest.record_delete(key)
+        report.fixed["missing"] = report.missing
+    if manifest is not None:
+        manifest.close()
+    return report
+
+
+def _keys_on_disk(root: Path) -> list[BlockKey]:
+    keys = []
+    for ns in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for file in ns.glob(f"*/*/*{SUFFIX}"):
+            try:
+                keys.append(BlockKey.from_hex(ns.name, file.name[: -len(SUFFIX)]))
+            except ValueError:
+                continue
+    return keys
+
+
+def _unlink(path: Path) -> int:
+    try:
+        path.unlink()
+        return 1
+    except OSError:
+        return 0
