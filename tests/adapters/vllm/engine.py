@@ -30,6 +30,8 @@ def run_engine(plan: dict[str, Any], log: Path, timeout: float = 900.0) -> dict[
         proc = subprocess.run([sys.executable, "-m", "lifeboatcache_vllm.offline"], input=json.dumps(plan),
                               text=True, stdout=subprocess.PIPE, stderr=out, cwd=REPO, env=engine_env(),
                               timeout=timeout, check=False)
+    with open(log, "a") as out:  # vLLM logs to stdout
+        out.write(proc.stdout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     assert proc.returncode == 0 and lines, (
         f"engine run failed (exit {proc.returncode}); last log lines:\n" + log.read_text()[-5000:]

@@ -14,7 +14,14 @@ import functools
 import logging
 from typing import Any
 
-from lifeboatcache_vllm.settings import EXTRA_KEY, cpu_bytes, enabled_by_env, on_error_of, resolve_config
+from lifeboatcache_vllm.settings import (
+    EXTRA_KEY,
+    cpu_bytes,
+    enabled_by_env,
+    ensure_log_handler,
+    on_error_of,
+    resolve_config,
+)
 
 log = logging.getLogger("lifeboatcache.vllm")
 
@@ -79,6 +86,7 @@ def load() -> None:
     """vLLM general-plugin entry point."""
     if not enabled_by_env():
         return
+    ensure_log_handler()
     from vllm.engine.arg_utils import EngineArgs
 
     original = EngineArgs.create_engine_config

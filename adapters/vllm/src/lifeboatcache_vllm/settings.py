@@ -6,6 +6,7 @@ EngineCore and by the launch helpers.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +30,22 @@ EXTRA_KEY = "lifeboatcache"
 AUTO_CHUNK_TOKENS = 256
 GIB = 1024**3
 MAX_DEFAULT_CPU_BYTES = 16 * GIB
+
+
+def ensure_log_handler() -> None:
+    """Make our INFO lines visible inside vLLM processes.
+
+    vLLM configures only its own ``vllm`` logger; without a handler our one-line reasons
+    (tier disabled, explicit config wins) would be dropped. Nothing is added when the
+    application (or pytest) already configured logging.
+    """
+    ours = logging.getLogger("lifeboatcache")
+    if ours.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [lifeboatcache] %(message)s", "%m-%d %H:%M:%S"))
+    ours.addHandler(handler)
+    ours.setLevel(logging.INFO)
 
 
 def enabled_by_env() -> bool:

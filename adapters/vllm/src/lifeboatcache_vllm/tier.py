@@ -39,7 +39,7 @@ from vllm.v1.kv_offload.base import (
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
 from lifeboatcache_vllm.fingerprint import namespace_for
-from lifeboatcache_vllm.settings import EXTRA_KEY, on_error_of, resolve_config
+from lifeboatcache_vllm.settings import EXTRA_KEY, ensure_log_handler, on_error_of, resolve_config
 
 log = logging.getLogger("lifeboatcache.vllm")
 
@@ -75,6 +75,7 @@ class LifeboatTier(SecondaryTierManager):
                  backpressure_detector: Any = None, locality: str | None = None,
                  config: dict[str, Any] | str | None = None, **unknown: Any) -> None:
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
+        ensure_log_handler()
         self.cache: TieredCache | None = None
         self._pending: dict[int, _Pending] = {}
         self._ready: list[JobResult] = []

