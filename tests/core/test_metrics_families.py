@@ -48,6 +48,7 @@ def test_known_traffic_gives_exact_counts(tmp_path: Path) -> None:
     assert value(text, 'lifeboatcache_hit_rate{unit="blocks"}') == 4 / 6
     assert value(text, 'lifeboatcache_hit_rate{unit="tokens"}') == 64 / 96
     assert value(text, "lifeboatcache_lookup_hit_tokens_total") == 64
+    assert value(text, "lifeboatcache_lookup_miss_tokens_total") == 32
     # the top tier served all four; the misses walked both tiers
     assert value(text, 'lifeboatcache_hits_total{tier="ram"}') == 4
     assert value(text, 'lifeboatcache_misses_total{tier="ram"}') == 2

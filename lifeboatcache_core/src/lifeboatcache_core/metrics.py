@@ -89,6 +89,7 @@ CACHE_COUNTERS = {
     "bytes_served": "Raw bytes written into the engine's buffers",
     "lookup_tokens": "Tokens the engine looked up (reported by the adapter)",
     "lookup_hit_tokens": "Tokens the engine got from the cache instead of recomputing (reported by the adapter)",
+    "lookup_miss_tokens": "Tokens the engine looked up and had to recompute (reported by the adapter)",
     "put_blocks": "Blocks the engine offered for storage",
 }
 
@@ -149,8 +150,9 @@ class CacheStats:
 
     def counters(self) -> dict[str, int]:
         with self.lock:
-            out = {name: getattr(self, name) for name in CACHE_COUNTERS if name != "lookup_miss_blocks"}
+            out = {name: getattr(self, name) for name in CACHE_COUNTERS if not name.startswith("lookup_miss_")}
         out["lookup_miss_blocks"] = out["lookup_blocks"] - out["lookup_hit_blocks"]
+        out["lookup_miss_tokens"] = out["lookup_tokens"] - out["lookup_hit_tokens"]
         return out
 
 
