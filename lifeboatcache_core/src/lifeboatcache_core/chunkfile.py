@@ -23,7 +23,7 @@ import struct
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import xxhash
@@ -61,7 +61,8 @@ class BlockMeta:
     tag: str | None = None
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        # a flat dict, not dataclasses.asdict (which deep-copies): this runs once per put
+        return json.dumps({name: getattr(self, name) for name in _META_FIELDS}, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes | memoryview) -> BlockMeta:
@@ -110,6 +111,9 @@ def encode_block(meta: BlockMeta, pieces: Sequence[Buffer]) -> list[Buffer]:
         *pieces,
         build_trailer(payload_digest(pieces), payload_len),
     ]
+
+
+_META_FIELDS = tuple(f.name for f in fields(BlockMeta))
 
 
 @dataclass(slots=True)
