@@ -223,6 +223,11 @@ def test_autoenable_fills_kv_transfer_config_unless_given(tmp_path: Path, monkey
     assert explicit.kv_transfer_config == {"kv_connector": "ExampleConnector"}
     assert "explicit --kv-transfer-config" in caplog.text
 
+    config_file.write_text(f'[[tiers]]\nbackend = "file"\ncapacity_gb = 1\npath = "{tmp_path / "t"}"\n'
+                           '[engine]\nvllm_mode = "lmcache"\n')
+    lmcache_mode = SimpleNamespace(kv_transfer_config=None)
+    assert not autoenable.apply(lmcache_mode) and lmcache_mode.kv_transfer_config is None
+
     config_file.write_text('[[tiers]]\nbackend = "nvmee"\ncapacity_gb = 1\n')
     broken = SimpleNamespace(kv_transfer_config=None)
     assert not autoenable.apply(broken) and broken.kv_transfer_config is None

@@ -74,11 +74,16 @@ def apply(engine_args: Any) -> bool:
                                "engine.on_error = 'fail'") from exc
         log.error("lifeboatcache: bad configuration, vLLM serves without it: %s", exc)
         return False
+    lifeboat = settings["kv_connector_extra_config"][EXTRA_KEY]
+    if lifeboat.get("engine", {}).get("vllm_mode", "native") != "native":
+        log.info("lifeboatcache: engine.vllm_mode = %r; the native tier stays out (the LMCache adapter serves)",
+                 lifeboat["engine"]["vllm_mode"])
+        return False
     from vllm.config import KVTransferConfig
 
     engine_args.kv_transfer_config = KVTransferConfig(**settings)
-    log.info("lifeboatcache: enabled below vLLM's CPU tier (%s)", settings["kv_connector_extra_config"][EXTRA_KEY]
-             .get("tiers"))
+    log.info("lifeboatcache: enabled below vLLM's CPU tier (tiers: %s)",
+             ", ".join(f"{t.get('name') or t['backend']}={t['backend']}" for t in lifeboat["tiers"]))
     return True
 
 

@@ -199,12 +199,10 @@ def test_ranks_are_separate_for_mha_and_shared_for_mla(config_file: Path, make_s
     assert mha[0].batch_set_v1(keys, fill_pages(mha[0].mem_pool_host, PAGE, 2, seed=6)) == [True, True]
     assert mha[1].batch_exists(keys) == 0
     # A rank that starts after the writer finds the MLA pages (its index is rebuilt from the tier).
+    assert mla[0].batch_set_v1(keys, fill_pages(mla[0].mem_pool_host, PAGE, 2, seed=6)) == [True, True]
     late = create(make_storage_config(extra, tp_rank=1, tp_size=2, mla=True), make_host_pool("page_first"))
     backends.append(late)
-    assert mla[0].batch_set_v1(keys, fill_pages(mla[0].mem_pool_host, PAGE, 2, seed=6)) == [True, True]
-    late2 = create(make_storage_config(extra, tp_rank=1, tp_size=2, mla=True), make_host_pool("page_first"))
-    backends.append(late2)
-    assert late2.cache.wait_ready(30) and late2.batch_exists(keys) == 2
+    assert late.cache.wait_ready(30) and late.batch_exists(keys) == 2
 
 
 def test_another_layout_or_model_does_not_see_the_pages(config_file: Path, make_storage_config: Any,
