@@ -27,6 +27,7 @@ from lifeboatcache_core import metrics
 from lifeboatcache_core.abc import BlockHint, KVLayout
 from lifeboatcache_core.config import LifeboatConfig, TierConfig, config_from_env
 from lifeboatcache_core.errors import InvalidKeyError
+from lifeboatcache_core.fleet import tier_class
 from lifeboatcache_core.keys import BlockKey, Namespace, check_key
 from lifeboatcache_core.plugins import get_registry
 from lifeboatcache_core.registry import PluginRegistry
@@ -79,7 +80,7 @@ class TieredCache:
                  seed: int = 0, background_index: bool = True) -> None:
         self.config = config if config is not None else LifeboatConfig()
         self.registry = registry or get_registry()
-        self.all_tiers: list[Tier] = [Tier(tc, self.registry, seed=seed) for tc in self.config.tiers]
+        self.all_tiers: list[Tier] = [tier_class(tc)(tc, self.registry, seed=seed) for tc in self.config.tiers]
         self._digest_bytes: dict[str, int | None] = {}
         self._namespaces: dict[str, dict[str, Any]] = {}
         self._jobs: dict[int, _Job] = {}
