@@ -55,3 +55,73 @@ class MotoServer:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.log.close()
+
+
+POSTGRES_BIN = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+
+
+class PostgresServer:
+    """A throw-away PostgreSQL cluster on loopback (Debian's ``postgresql``), run as ``postgres``.
+
+    initdb refuses to run as root, so the cluster belongs to the ``postgres`` user the Debian
+    package creates; its directory is a fresh temp dir that user owns.
+    """
+
+    def __init__(self) -> None:
+        import pwd
+        import shutil
+        import tempfile
+
+        if not POSTGRES_BIN:
+            raise RuntimeError("PostgreSQL is not installed: run `make setup` (.ci/setup.d/30-postgresql.sh)")
+        bin_dir = POSTGRES_BIN[-1]
+        user = pwd.getpwnam("postgres")
+        self.dir = Path(tempfile.mkdtemp(prefix="lifeboat-pg-"))
+        shutil.chown(self.dir, user.pw_uid, user.pw_gid)
+        self._rmtree = shutil.rmtree
+        self.port = free_port()
+        as_postgres: dict[str, object] = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+        subprocess.run([str(bin_dir / "initdb"), "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres",
+                        "--no-sync", "-E", "UTF8"], check=True, capture_output=True, cwd=self.dir,
+                       **as_postgres)  # type: ignore[call-overload]
+        self.log = open(self.dir / "server.log", "wb")  # closed in stop()
+        self.proc = subprocess.Popen(
+            [str(bin_dir / "postgres"), "-D", str(self.dir / "data"), "-h", "127.0.0.1", "-p", str(self.port),
+             "-k", str(self.dir), "-c", "fsync=off", "-c", "max_connections=200"],
+            stdout=self.log, stderr=subprocess.STDOUT, cwd=self.dir, **as_postgres,  # type: ignore[call-overload]
+        )
+        wait_for_port(self.port, self.proc)
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 30.0) -> None:
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(self.url)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    with engine.connect() as conn:
+                        conn.execute(sqlalchemy.text("SELECT 1"))
+                    return
+                except sqlalchemy.exc.OperationalError:  # still starting up
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+        finally:
+            engine.dispose()
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGINT)  # PostgreSQL's "fast" shutdown
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+        self._rmtree(self.dir, ignore_errors=True)

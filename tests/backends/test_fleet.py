@@ -1,0 +1,204 @@
+"""Two processes as two nodes sharing one S3 bucket (moto) and one PostgreSQL manifest."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from lifeboatcache_core.chunkfile import decode_block
+from lifeboatcache_core.fleet import FleetManifest
+from lifeboatcache_core.keys import BlockKey
+
+from tests.backends.backend_servers import MotoServer, PostgresServer
+from tests.backends.conftest import AWS_TEST_ENV
+
+NS = "fleetns"
+NODE = r"""
+import json, sys
+from lifeboatcache_core.cache import TieredCache
+from lifeboatcache_core.config import load_config_dict
+from lifeboatcache_core.keys import BlockKey
+
+cache = TieredCache(load_config_dict(json.loads(sys.argv[1])), background_index=False)
+print(json.dumps({"health": cache.health()}), flush=True)
+for line in sys.stdin:
+    cmd = json.loads(line)
+    keys = [BlockKey(cmd["ns"], bytes.fromhex(h)) for h in cmd["keys"]]
+    if cmd["op"] == "put":
+        ok = []
+        for key, seed in zip(keys, cmd["seeds"]):  # one block per put: a crash lands between or inside puts
+            ok += cache.put([key], [bytes([seed % 256]) * cmd["size"]])
+        print(json.dumps({"ok": ok}), flush=True)
+    elif cmd["op"] == "get":
+        bufs = [bytearray(cmd["size"]) for _ in keys]
+        ok = cache.get(keys, bufs)
+        print(json.dumps({"ok": ok, "first": [b[0] if o else None for b, o in zip(bufs, ok)],
+                          "uniform": all(b == bytes([b[0]]) * len(b) for b, o in zip(bufs, ok) if o)}), flush=True)
+cache.close()
+"""
+
+
+class Node:
+    """A lifeboatcache process driven over stdin/stdout with one JSON line per command."""
+
+    def __init__(self, config: dict[str, Any], log: Path) -> None:
+        self.log = open(log, "wb")  # closed in stop()
+        self.proc = subprocess.Popen([sys.executable, "-c", NODE, json.dumps(config)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     env={**os.environ, **AWS_TEST_ENV})
+        self.health = self._reply()["health"]
+
+    def _reply(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"node exited with {self.proc.poll()}; see {self.log.name}"
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    def send(self, op: str, keys: list[BlockKey], size: int, seeds: list[int] | None = None) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": op, "ns": NS, "keys": [k.hex for k in keys], "size": size,
+                                          "seeds": seeds or []}) + "\n")
+        self.proc.stdin.flush()
+
+    def put(self, keys: list[BlockKey], size: int, seeds: list[int]) -> list[bool]:
+        self.send("put", keys, size, seeds)
+        return self._reply()["ok"]  # type: ignore[no-any-return]
+
+    def get(self, keys: list[BlockKey], size: int) -> dict[str, Any]:
+        self.send("get", keys, size)
+        return self._reply()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+    def kill(self) -> None:
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def shared(moto: MotoServer, postgres: PostgresServer, tmp_path: Path) -> dict[str, Any]:
+    bucket = f"fleet-{secrets.token_hex(4)}"
+    boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                 aws_secret_access_key="testing").create_bucket(Bucket=bucket)
+    return {"bucket": bucket, "tier": f"shared-{secrets.token_hex(3)}", "endpoint": moto.endpoint,
+            "manifest_url": postgres.url, "tmp": tmp_path}
+
+
+def node_config(shared: dict[str, Any], node: str, capacity_bytes: int, **s3: Any) -> dict[str, Any]:
+    return {
+        "tiers": [{"name": shared["tier"], "backend": "s3", "capacity_gb": capacity_bytes / 1024**3,
+                   "url": f"s3://{shared['bucket']}/kv", "endpoint_url": shared["endpoint"], "region": "us-east-1",
+                   "manifest_url": shared["manifest_url"], "io_threads": 2, **s3}],
+        "fallback_local": {"path": str(shared["tmp"] / f"fallback-{node}")},
+    }
+
+
+def keys(start: int, n: int) -> list[BlockKey]:
+    return [BlockKey(NS, i.to_bytes(4, "big") * 8) for i in range(start, start + n)]
+
+
+def stored_objects(shared: dict[str, Any]) -> dict[str, bytes]:
+    s3 = boto3.client("s3", endpoint_url=shared["endpoint"], region_name="us-east-1",
+                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    listing = s3.list_objects_v2(Bucket=shared["bucket"], Prefix="kv/").get("Contents", [])
+    return {o["Key"]: s3.get_object(Bucket=shared["bucket"], Key=o["Key"])["Body"].read()
+            for o in listing if o["Key"].endswith(".lbk")}
+
+
+def test_two_nodes_see_each_others_blocks_at_once(shared: dict[str, Any]) -> None:
+    a = Node(node_config(shared, "a", 10 * 1024**2), shared["tmp"] / "a.log")
+    b = Node(node_config(shared, "b", 10 * 1024**2), shared["tmp"] / "b.log")
+    try:
+        assert a.health[0]["up"] and b.health[0]["up"], (a.health, b.health)
+        assert a.put(keys(0, 5), 4096, list(range(5))) == [True] * 5
+        seen = b.get(keys(0, 5), 4096)  # no restart, no rescan: B asks the shared manifest
+        assert seen["ok"] == [True] * 5 and seen["first"] == list(range(5)) and seen["uniform"]
+        assert b.put(keys(5, 3), 4096, [50, 51, 52]) == [True] * 3
+        seen = a.get(keys(5, 3), 4096)
+        assert seen["ok"] == [True] * 3 and seen["first"] == [50, 51, 52]
+        assert a.get(keys(100, 1), 4096)["ok"] == [False]
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_fleet_capacity_is_shared_and_evictions_keep_rows_and_objects_in_step(shared: dict[str, Any]) -> None:
+    size, capacity = 8192, 100_000  # room for about eleven blocks between both nodes
+    a = Node(node_config(shared, "a", capacity), shared["tmp"] / "a.log")
+    b = Node(node_config(shared, "b", capacity), shared["tmp"] / "b.log")
+    try:
+        a.send("put", keys(0, 30), size, list(range(30)))  # both nodes write at once
+        b.send("put", keys(100, 30), size, list(range(100, 130)))
+        assert a._reply()["ok"] == [True] * 30 and b._reply()["ok"] == [True] * 30
+        fleet = FleetManifest(shared["manifest_url"], shared["tier"], capacity)
+        try:
+            rows = dict(fleet.load())
+            assert 0 < fleet.used() <= capacity
+            assert 5 <= len(rows) < 60  # the fleet evicted, and kept what fits
+        finally:
+            fleet.close()
+        objects = stored_objects(shared)
+        assert {f"kv/{NS}/{k.hex[:2]}/{k.hex}.lbk" for k in rows} == set(objects)  # no orphans, no phantoms
+        recent = keys(25, 5) + keys(125, 5)  # the newest blocks of each node survive (LRU fleet-wide)
+        assert all(k in rows for k in recent[-3:])
+        for node in (a, b):
+            seen = node.get(recent, size)
+            assert seen["uniform"] and all(ok == (k in rows) for ok, k in zip(seen["ok"], recent, strict=True))
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_node_killed_mid_write_leaves_no_visible_half_block(shared: dict[str, Any]) -> None:
+    size = 6 * 1024**2  # multipart uploads of two parts each
+    big = {"multipart_threshold_mb": 5, "part_size_mb": 5, "parallel_parts": 1}
+    writer = Node(node_config(shared, "w", 1024**3, **big), shared["tmp"] / "w.log")
+    writer.send("put", keys(0, 8), size, list(range(8)))
+    time.sleep(random.Random(7).uniform(0.8, 1.6))  # somewhere inside the sequence of puts
+    writer.kill()
+    reader = Node(node_config(shared, "r", 1024**3, **big), shared["tmp"] / "r.log")
+    try:
+        fleet = FleetManifest(shared["manifest_url"], shared["tier"], 1024**3)
+        try:
+            rows = dict(fleet.load())
+        finally:
+            fleet.close()
+        objects = stored_objects(shared)
+        for raw in objects.values():  # every visible object is a whole, valid block
+            decode_block(raw)
+        for k in rows:  # every row points at a whole block
+            assert f"kv/{NS}/{k.hex[:2]}/{k.hex}.lbk" in objects
+        seen = reader.get(keys(0, 8), size)
+        assert seen["uniform"]
+        assert [k in rows for k in keys(0, 8)] == seen["ok"]
+        assert seen["ok"] != [True] * 8, "the writer was killed before finishing: some block must be missing"
+    finally:
+        reader.stop()
