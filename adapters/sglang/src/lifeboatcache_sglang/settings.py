@@ -1,0 +1,98 @@
+"""The ``--hicache-storage-backend-extra-config`` keys this backend reads, and opening its cache.
+
+SGLang hands every extra-config key it does not consume itself to the backend, so the
+model below lists SGLang's keys too and rejects anything else: a typo such as
+``lifeboat_confg`` is an error naming the valid keys, never a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any, Literal
+
+from lifeboatcache_core.cache import TieredCache
+from lifeboatcache_core.config import ENV_CONFIG, EngineConfig, LifeboatConfig, format_validation_error, load_config
+from lifeboatcache_core.errors import ConfigError
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+log = logging.getLogger("lifeboatcache.sglang")
+
+BACKEND_NAME = "lifeboatcache"
+STORAGE_MODULE = "lifeboatcache_sglang.storage"
+STORAGE_CLASS = "LifeboatHiCacheStorage"
+OnError = Literal["serve", "fail"]
+
+
+class SGLangStorageSettings(BaseModel):
+    """The extra config of ``--hicache-storage-backend dynamic`` as this backend sees it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # read by SGLang's dynamic loader and controller
+    backend_name: str = BACKEND_NAME
+    module_path: str = STORAGE_MODULE
+    class_name: str = STORAGE_CLASS
+    interface_v1: bool = True
+    # consumed by SGLang 0.5.23 before the backend sees them; older versions pass them on
+    prefetch_threshold: int | None = None
+    prefetch_timeout_base: float | None = None
+    prefetch_timeout_per_ki_token: float | None = None
+    hicache_storage_pass_prefix_keys: bool | None = None
+    tp_lcm_size: int | None = None
+    # ours
+    lifeboat_config: str | None = None
+    """A lifeboatcache TOML/YAML config; default ``$LIFEBOAT_CACHE_CONFIG``, else the built-in tiers."""
+    lifeboat_model_path: str | None = None
+    """The checkpoint to fingerprint; default SGLang's model name when it is a local path."""
+    lifeboat_on_error: OnError | None = None
+    """Overrides ``engine.on_error`` of the lifeboatcache config."""
+
+    @classmethod
+    def from_extra_config(cls, extra: dict[str, Any] | None) -> SGLangStorageSettings:
+        try:
+            return cls.model_validate(extra or {})
+        except ValidationError as exc:
+            raise ConfigError(
+                f"--hicache-storage-backend-extra-config: {format_validation_error(exc, cls)}"
+            ) from None
+
+
+def dynamic_extra_config(**ours: Any) -> dict[str, Any]:
+    """The extra config that loads this backend (``ours``: the ``lifeboat_*`` keys)."""
+    settings = SGLangStorageSettings(**ours)
+    return settings.model_dump(exclude_none=True)
+
+
+def launch_flags(**ours: Any) -> list[str]:
+    """The SGLang command-line flags that turn this backend on (zero-copy interface)."""
+    return [
+        "--enable-hierarchical-cache",
+        "--hicache-storage-backend", "dynamic",
+        "--hicache-storage-backend-extra-config", json.dumps(dynamic_extra_config(**ours)),
+    ]
+
+
+def load_lifeboat_config(settings: SGLangStorageSettings) -> LifeboatConfig:
+    """The lifeboatcache config named by the settings, ``$LIFEBOAT_CACHE_CONFIG``, or the defaults."""
+    path = settings.lifeboat_config or os.environ.get(ENV_CONFIG)
+    return load_config(path) if path else LifeboatConfig()
+
+
+def on_error_of(extra: dict[str, Any] | None) -> OnError:
+    """``engine.on_error`` for a configuration that may itself be broken (then: best effort)."""
+    raw = (extra or {}).get("lifeboat_on_error")
+    if raw in ("serve", "fail"):
+        return raw  # type: ignore[no-any-return]
+    path = (extra or {}).get("lifeboat_config") or os.environ.get(ENV_CONFIG)
+    if path:
+        try:
+            return load_config(path).engine.on_error
+        except Exception:
+            pass
+    return EngineConfig().on_error
+
+
+def open_cache(settings: SGLangStorageSettings) -> TieredCache:
+    return TieredCache(load_lifeboat_config(settings))
