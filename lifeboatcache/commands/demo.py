@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+from rich.console import Console
 
 from lifeboatcache.storage_demo import run_demo
 
 
 def register(app: typer.Typer) -> None:
     @app.command("demo")
-    def demo(storage_only: bool = typer.Option(False, "--storage-only",
-                                               help="Only the storage round trip across a restart.")) -> None:
-        """Store agent sessions' KV blocks, restart, and serve them back from the tier."""
-        raise typer.Exit(run_demo())
+    def demo(
+        storage_only: bool = typer.Option(False, "--storage-only",
+                                          help="Only the storage round trip across a restart (no engine, seconds)."),
+        out: Path = typer.Option(Path("demo-results"), help="Where the engine demo writes its table, JSON and plots."),
+    ) -> None:
+        """Plain vLLM vs lifeboatcache on agent sessions (SmolLM2 on CPU), then a restart served from the tier."""
+        if storage_only:
+            raise typer.Exit(run_demo())
+        from lifeboatcache.grid.demo import run_engine_demo
+
+        raise typer.Exit(run_engine_demo(out, Console()))

@@ -29,15 +29,16 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def build_app(log_path: str, fail_status: int, max_context: int, token_delay_s: float) -> web.Application:
+def build_app(log_path: str, fail_status: int, max_context: int, token_delay_s: float,
+              model: str) -> web.Application:
     seen: list[list[int]] = []
     counters = {"prompt_tokens": 0.0, "prefix_cache_hits": 0.0}
 
     async def models(_: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "fake-model", "max_model_len": max_context}]})
+        return web.json_response({"object": "list", "data": [{"id": model, "max_model_len": max_context}]})
 
     async def metrics(_: web.Request) -> web.Response:
-        lines = [f'vllm:{name}_total{{model_name="fake-model"}} {value}' for name, value in counters.items()]
+        lines = [f'vllm:{name}_total{{model_name="{model}"}} {value}' for name, value in counters.items()]
         return web.Response(text="\n".join(lines) + "\n")
 
     async def generate(request: web.Request) -> web.StreamResponse:
@@ -88,8 +89,12 @@ def main() -> None:
     parser.add_argument("--fail-status", type=int, default=0)
     parser.add_argument("--max-context", type=int, default=1 << 20)
     parser.add_argument("--token-delay", type=float, default=0.002)
-    args = parser.parse_args()
-    web.run_app(build_app(args.log, args.fail_status, args.max_context, args.token_delay),
+    parser.add_argument("--served-model-name", default="fake-model")
+    args, vllm_args = parser.parse_known_args()  # a grid passes vLLM's flags too: record them
+    if vllm_args:
+        with open(args.log + ".args", "w", encoding="utf-8") as out:
+            json.dump(vllm_args, out)
+    web.run_app(build_app(args.log, args.fail_status, args.max_context, args.token_delay, args.served_model_name),
                 host="127.0.0.1", port=args.port, print=None)
 
 

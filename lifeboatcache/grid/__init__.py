@@ -1,0 +1,1 @@
+"""``lifeboatcache grid``: fresh vLLM servers per configuration, replayed, compared and plotted."""

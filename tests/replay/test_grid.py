@@ -1,0 +1,87 @@
+"""The grid: server command lines per configuration, and the driver on a fake server process."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from lifeboatcache.grid.configs import EngineSettings, server_spec
+from lifeboatcache.grid.driver import GridPlan, run_grid
+from lifeboatcache.grid.plots import write_plots
+from lifeboatcache.grid.tables import markdown_table
+from lifeboatcache.replay.runner import ReplayOptions
+from lifeboatcache.replay.sessions import TokenMap
+from lifeboatcache.replay.synthetic import SyntheticSpec, generate_sessions
+
+from .conftest import FAKE_SERVER
+
+
+def _transfer(args: tuple[str, ...] | list[str]) -> dict | None:
+    args = list(args)
+    return json.loads(args[args.index("--kv-transfer-config") + 1]) if "--kv-transfer-config" in args else None
+
+
+def test_configurations_differ_only_in_the_tier_below(tmp_path: Path) -> None:
+    cpu = EngineSettings(model="m", device="cpu", device_kv_blocks=20, block_size=128)
+    specs = {c: server_spec(c, cpu, 0.5, tmp_path / c) for c in ("vllm", "vllm-native-cpu", "vllm-fs", "lifeboatcache")}
+    assert _transfer(specs["vllm"].args) is None
+    for spec in specs.values():
+        assert spec.env["PYTHONHASHSEED"] == "0" and spec.env["LIFEBOAT_CACHE"] == "0"
+        assert "--num-gpu-blocks-override" in spec.args and "--enable-prompt-tokens-details" in spec.args
+    native, fs, ours = (_transfer(specs[c].args)["kv_connector_extra_config"]
+                        for c in ("vllm-native-cpu", "vllm-fs", "lifeboatcache"))
+    assert native["spec_name"] == fs["spec_name"] == ours["spec_name"] == "LifeboatOffloadingSpec"  # CPU worker
+    assert "secondary_tiers" not in native
+    assert fs["secondary_tiers"] == [{"type": "fs", "root_dir": str(tmp_path / "vllm-fs" / "vllm-fs")}]
+    assert [t["type"] for t in ours["secondary_tiers"]] == ["LifeboatTier"]
+    assert ours["lifeboatcache"]["tiers"][0]["path"] == str(tmp_path / "lifeboatcache" / "lifeboat")
+    assert native["cpu_bytes_to_use"] == fs["cpu_bytes_to_use"] == ours["cpu_bytes_to_use"] == 2**29
+
+    cuda = EngineSettings(model="m", device="cuda")
+    native_cuda = _transfer(server_spec("vllm-native-cpu", cuda, 1, tmp_path).args)["kv_connector_extra_config"]
+    assert native_cuda["spec_name"] == "CPUOffloadingSpec" and "spec_module_path" not in native_cuda
+    fs_cuda = _transfer(server_spec("vllm-fs", cuda, 1, tmp_path).args)["kv_connector_extra_config"]
+    assert fs_cuda["spec_name"] == "TieringOffloadingSpec" and native_cuda["block_size"] == fs_cuda["block_size"] == 256
+    assert "--enforce-eager" not in server_spec("vllm", cuda, 1, tmp_path).args
+
+
+def test_grid_runs_fresh_servers_per_cell_and_writes_results(tmp_path: Path) -> None:
+    log = tmp_path / "requests.jsonl"
+    settings = EngineSettings(model="fake", served_name="fake-model",
+                              program=(sys.executable, str(FAKE_SERVER), "--log", str(log)))
+    sessions = generate_sessions(SyntheticSpec(sessions=2, turns=3, shared_prefix_tokens=128, first_user_tokens=64,
+                                               growth_tokens=64))
+    plan = GridPlan(["vllm", "lifeboatcache"], [0.1, 0.2], [1, 2], settings,
+                    ReplayOptions(max_tokens=3, token_map=TokenMap(tokens_per_block=2)), tmp_path / "out",
+                    start_timeout_s=60)
+    results = run_grid(plan, {1: sessions[:1], 2: sessions}, Console(quiet=True))
+    # plain vLLM has no DRAM tier: once per agent count; lifeboatcache once per DRAM size.
+    assert [(r.config, r.dram_gb, r.agents) for r in results] == [
+        ("vllm", None, 1), ("lifeboatcache", 0.1, 1), ("lifeboatcache", 0.2, 1),
+        ("vllm", None, 2), ("lifeboatcache", 0.1, 2), ("lifeboatcache", 0.2, 2)]
+    assert all(r.error is None for r in results)
+    assert [r.summary["requests"] for r in results] == [3, 3, 3, 6, 6, 6]
+    assert len({r.tier_dir for r in results}) == 6
+    saved = json.loads((tmp_path / "out" / "grid.json").read_text())
+    assert len(saved["cells"]) == 6 and saved["cells"][1]["summary"]["output_tokens"] == 9
+    table = markdown_table(results)
+    assert table.count("\n| lifeboatcache |") == 4 and "unequal work" not in table
+    args = json.loads(Path(str(log) + ".args").read_text())  # the last cell's server flags
+    assert _transfer(args)["kv_connector_extra_config"]["cpu_bytes_to_use"] == int(0.2 * 2**30)
+    plots = write_plots(results, tmp_path / "plots")
+    assert [p.name for p in plots] == ["ttft_per_round.png", "throughput.png", "cache_served.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots)
+
+
+def test_a_server_that_cannot_start_fails_its_cell_only(tmp_path: Path) -> None:
+    exits = (sys.executable, "-c", "import sys; print('no GPU'); sys.exit(3)")
+    settings = EngineSettings(model="broken", program=exits)
+    sessions = generate_sessions(SyntheticSpec(sessions=1, turns=1))
+    plan = GridPlan(["vllm", "lifeboatcache"], [0.1], [1], settings, ReplayOptions(), tmp_path, start_timeout_s=30)
+    results = run_grid(plan, {1: sessions}, Console(quiet=True))
+    assert len(results) == 2
+    assert all("exited with status 3" in (r.error or "") and "no GPU" in r.error for r in results)
+    assert "failed: ServerFailed" in markdown_table(results)
