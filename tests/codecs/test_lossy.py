@@ -189,3 +189,24 @@ def test_opaque_engine_rows_lbq_quantizes_oscar_keeps_raw(tmp_path: Path, caplog
         assert params == {"mode": "raw"} and out.tobytes() == x.tobytes()
     assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
     assert "no 'dim' axis" in caplog.records[0].message
+
+
+def test_oscar_keeps_sink_tokens_exact(tmp_path: Path) -> None:
+    x = kv_like(BLOCK.shape, seed=6).astype(np.float32)
+    x[:, :, 0] *= 0.1  # an attention sink: far smaller norms than its block in every layer and head
+    x = x.astype(ml_dtypes.bfloat16)
+    codec = OscarCodec(OscarConfig(rotation_dir=tmp_path))
+    out, stored, params = round_trip(codec, x, BLOCK)
+    assert params["exact_tokens"] == [0] and x.nbytes / stored >= 6.0
+    assert out[:, :, 0].tobytes() == x[:, :, 0].tobytes()
+    assert out[:, :, 1:].tobytes() != x[:, :, 1:].tobytes()
+    pieces, params = codec.encode(memoryview(x.view(np.uint8).reshape(-1)), BLOCK)
+    payload = b"".join(bytes(p) for p in pieces)
+    for cut in (1, 1000, len(payload) - 1):  # the sink bytes sit at the end: any cut is caught
+        with pytest.raises(CorruptBlockError):
+            codec.decode(memoryview(payload[:cut]), params, BLOCK, memoryview(bytearray(x.nbytes)))
+    with pytest.raises(CorruptBlockError):
+        codec.decode(memoryview(payload), {**params, "exact_tokens": [0, 256]}, BLOCK,
+                     memoryview(bytearray(x.nbytes)))
+    no_sinks = OscarCodec(OscarConfig(rotation_dir=tmp_path, exact_tokens=0))
+    assert no_sinks.encode(memoryview(x.view(np.uint8).reshape(-1)), BLOCK)[1]["exact_tokens"] == []
