@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from lifeboatcache_core.builtin.file import MANIFEST_NAME, PARTIAL, SUFFIX, FileBackend, FileConfig
+from lifeboatcache_core.builtin.file import MANIFEST_NAME, PARTIAL, FileBackend, FileConfig
 from lifeboatcache_core.errors import CorruptBlockError
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.manifest import Manifest, blocks, sqlite_url
@@ -88,7 +88,7 @@ def fsck(path: str | os.PathLike[str], *, fix: bool = False, tier: str | None = 
     on_disk: set[BlockKey] = set()
     damaged: list[tuple[BlockKey, str]] = []
     orphans: list[tuple[BlockKey, Any]] = []
-    for key in _keys_on_disk(root):
+    for key in [k for _ns, _entry, k in backend.walk() if k is not None]:
         on_disk.add(key)
         try:
             meta, _payload = backend.read(key)
@@ -133,17 +133,6 @@ def fsck(path: str | os.PathLike[str], *, fix: bool = False, tier: str | None = 
     if manifest is not None:
         manifest.close()
     return report
-
-
-def _keys_on_disk(root: Path) -> list[BlockKey]:
-    keys = []
-    for ns in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for file in ns.glob(f"*/*/*{SUFFIX}"):
-            try:
-                keys.append(BlockKey.from_hex(ns.name, file.name[: -len(SUFFIX)]))
-            except ValueError:
-                continue
-    return keys
 
 
 def _unlink(path: Path) -> int:

@@ -296,26 +296,8 @@ class FileBackend(Backend):
         except FileNotFoundError:
             pass
 
-    def scan(self) -> Iterator[tuple[BlockKey, int]]:
-        """Every block file (and sweep dead writers' ``.partial`` files on the way)."""
-        for ns in _subdirs(self._root):
-            if ns.name.startswith("."):
-                continue
-            for a in _subdirs(ns.path):
-                for b in _subdirs(a.path):
-                    for entry in os.scandir(b.path):
-                        name = entry.name
-                        if name.endswith(SUFFIX):
-                            try:
-                                key = BlockKey.from_hex(ns.name, name[: -len(SUFFIX)])
-                                yield key, entry.stat().st_size
-                            except (ValueError, OSError):
-                                continue
-                        elif name.endswith(PARTIAL):
-                            self._sweep_partial(entry)
-
-    def list_keys(self) -> Iterator[BlockKey]:
-        """Block keys from file names alone (no stat, no open); sweeps dead writers' partials."""
+    def walk(self) -> Iterator[tuple[str, os.DirEntry[str], BlockKey | None]]:
+        """Walk the shard folders once: (namespace, entry, key or None for a non-block file)."""
         for ns in _subdirs(self._root):
             if ns.name.startswith(".") or not _NAMESPACE_DIR.match(ns.name):
                 continue
@@ -325,15 +307,35 @@ class FileBackend(Backend):
                     with os.scandir(b.path) as entries:
                         for entry in entries:
                             name = entry.name
+                            key = None
                             if name.endswith(SUFFIX):
                                 try:
                                     digest = bytes.fromhex(name[: -len(SUFFIX)])
                                 except ValueError:
                                     continue
-                                if 0 < len(digest) <= MAX_DIGEST_BYTES:
-                                    yield BlockKey.trusted(namespace, digest)
-                            elif name.endswith(PARTIAL):
-                                self._sweep_partial(entry)
+                                if not 0 < len(digest) <= MAX_DIGEST_BYTES:
+                                    continue
+                                key = BlockKey.trusted(namespace, digest)
+                            yield namespace, entry, key
+
+    def scan(self) -> Iterator[tuple[BlockKey, int]]:
+        """Every block file with its size (and sweep dead writers' ``.partial`` files on the way)."""
+        for _ns, entry, key in self.walk():
+            if key is not None:
+                try:
+                    yield key, entry.stat().st_size
+                except OSError:
+                    continue
+            elif entry.name.endswith(PARTIAL):
+                self._sweep_partial(entry)
+
+    def list_keys(self) -> Iterator[BlockKey]:
+        """Block keys from file names alone (no stat, no open); sweeps dead writers' partials."""
+        for _ns, entry, key in self.walk():
+            if key is not None:
+                yield key
+            elif entry.name.endswith(PARTIAL):
+                self._sweep_partial(entry)
 
     def read_header(self, key: BlockKey) -> tuple[BlockMeta, int]:
         """Header and meta checks only (magic, lengths, crc, identity): one small read."""
@@ -356,16 +358,8 @@ class FileBackend(Backend):
 
     def sweep_partials(self) -> int:
         """Remove ``.partial`` files left by dead writers; return how many."""
-        count = 0
-        for ns in _subdirs(self._root):
-            if ns.name.startswith("."):
-                continue
-            for a in _subdirs(ns.path):
-                for b in _subdirs(a.path):
-                    for entry in os.scandir(b.path):
-                        if entry.name.endswith(PARTIAL):
-                            count += self._sweep_partial(entry)
-        return count
+        return sum(self._sweep_partial(entry) for _ns, entry, key in self.walk()
+                   if key is None and entry.name.endswith(PARTIAL))
 
     def _sweep_partial(self, entry: os.DirEntry[str]) -> int:
         """Delete a partial whose writer is dead (same host) or that is stale (any host)."""
