@@ -19,6 +19,12 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     server.stop()
 
 
+@pytest.fixture(autouse=True)
+def _private_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Backends keep local manifests under the user's cache dir: one per test here."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
 @pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Test credentials through boto3's normal chain; no real AWS config or instance role."""

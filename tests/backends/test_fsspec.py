@@ -22,6 +22,8 @@ from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.testing import BackendContract, CorruptionContract, backend_state_machine
 from lifeboatcache_core.testing.contracts import key
 
+from tests.backends.backend_checks import RecoveryHelperChecks
+
 
 def memory_backend(where: Path) -> FsspecBackend:
     """memory:// is process-wide: a root derived from ``where`` is a fresh store per test."""
@@ -39,12 +41,12 @@ class _Damage:
         backend.fs.pipe_file(path, mutate(backend.fs.cat_file(path)))
 
 
-class TestFsspecMemory(_Damage, BackendContract, CorruptionContract):
+class TestFsspecMemory(_Damage, RecoveryHelperChecks, BackendContract, CorruptionContract):
     def make_backend(self, tmp_path: Path) -> FsspecBackend:
         return memory_backend(tmp_path)
 
 
-class TestFsspecFile(_Damage, BackendContract, CorruptionContract):
+class TestFsspecFile(_Damage, RecoveryHelperChecks, BackendContract, CorruptionContract):
     def make_backend(self, tmp_path: Path) -> FsspecBackend:
         return file_backend(tmp_path)
 

@@ -29,6 +29,8 @@ from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.testing import BackendContract, CorruptionContract, backend_state_machine
 from lifeboatcache_core.testing.contracts import key
 
+from tests.backends.backend_checks import RecoveryHelperChecks
+
 
 def make_nfs(where: Path, **options: Any) -> NFSBackend:
     root = where / "export"
@@ -46,7 +48,7 @@ class _Damage:
         path.write_bytes(mutate(path.read_bytes()))
 
 
-class TestNFSContract(_Damage, BackendContract, CorruptionContract):
+class TestNFSContract(_Damage, RecoveryHelperChecks, BackendContract, CorruptionContract):
     def make_backend(self, tmp_path: Path) -> NFSBackend:
         return make_nfs(tmp_path)
 

@@ -22,6 +22,7 @@ from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.testing import BackendContract, CorruptionContract, backend_state_machine
 from lifeboatcache_core.testing.contracts import key
 
+from tests.backends.backend_checks import RecoveryHelperChecks
 from tests.backends.backend_faultproxy import FaultProxy
 from tests.backends.backend_servers import MotoServer, free_port
 from tests.backends.conftest import AWS_TEST_ENV
@@ -61,7 +62,7 @@ def contract_s3(endpoint: str, bucket: str, where: Path) -> S3Backend:
 
 
 @pytest.mark.usefixtures("aws_env")
-class TestS3Contract(BackendContract, CorruptionContract):
+class TestS3Contract(RecoveryHelperChecks, BackendContract, CorruptionContract):
     @pytest.fixture(autouse=True)
     def _server(self, moto: MotoServer, contract_bucket: str) -> None:
         self.endpoint, self.bucket = moto.endpoint, contract_bucket
@@ -252,3 +253,25 @@ def _wait(cond: Any, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_restart_indexes_from_the_local_manifest_and_read_header_is_small(moto: MotoServer, aws_env: None,
+                                                                          tmp_path: Path) -> None:
+    bucket = new_bucket(moto.endpoint)
+    config = LifeboatConfig.model_validate({
+        "tiers": [{"name": "s3", "backend": "s3", "capacity_gb": 1, **s3_options(moto.endpoint, bucket)}],
+        "fallback_local": {"path": str(tmp_path / "fallback")},
+    })
+    blocks = [key(i) for i in range(6)]
+    with TieredCache(config, background_index=False) as cache:
+        assert cache.put(blocks, [block(i, 7000) for i in range(6)]) == [True] * 6
+    with TieredCache(config, background_index=False) as cache:
+        tier = cache.all_tiers[0]
+        assert tier.recovery.manifest_rows == 6 and tier.recovery.added_from_files == 0
+        assert tier.backend is not None and tier.backend.default_manifest_url().startswith(
+            f"sqlite:///{tmp_path}/xdg-cache/lifeboatcache/manifests/s3-{bucket}-")
+        bufs = [bytearray(7000) for _ in blocks]
+        assert cache.get(blocks, bufs) == [True] * 6 and bytes(bufs[3]) == block(3, 7000)
+    backend = make_s3(moto.endpoint, bucket=bucket)
+    meta, stored = backend.read_header(blocks[2])
+    assert meta.key == blocks[2].hex and meta.raw_len == 7000 and stored == dict(backend.scan())[blocks[2]]

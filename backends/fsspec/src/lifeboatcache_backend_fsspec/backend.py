@@ -28,13 +28,21 @@ from typing import TypeVar
 
 import fsspec
 from lifeboatcache_core.abc import Backend
-from lifeboatcache_core.chunkfile import BlockMeta, Buffer, encode_block, read_block_stream
+from lifeboatcache_core.chunkfile import (
+    BlockMeta,
+    Buffer,
+    encode_block,
+    parse_fixed,
+    parse_header,
+    read_block_stream,
+)
 from lifeboatcache_core.errors import LifeboatError, TierUnavailableError
 from lifeboatcache_core.keys import BlockKey
 
 from lifeboatcache_backend_fsspec.config import FsspecConfig
 
 SUFFIX = ".lbk"
+HEAD_READ = 4096
 PARTIAL = ".partial"
 #: protocols whose files are written in place (so a temp name + move makes the write atomic)
 RENAME_PROTOCOLS = frozenset({"file", "local", "sftp", "ssh", "smb", "hdfs", "webhdfs", "nfs", "dbfs"})
@@ -123,6 +131,22 @@ class FsspecBackend(Backend):
                 size = fh.seek(0, os.SEEK_END)
                 fh.seek(0)
                 return read_block_stream(fh.readinto, size, key, dest)
+
+        return self._call(path, read)
+
+    def read_header(self, key: BlockKey) -> tuple[BlockMeta, int]:
+        """Meta and stored size from the first 4 KiB (restart recovery)."""
+        path = self.path_of(key)
+
+        def read() -> tuple[BlockMeta, int]:
+            with self.fs.open(path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(0)
+                head = fh.read(HEAD_READ)
+                header_len = parse_fixed(head)[0]
+                if header_len > len(head) and header_len <= size:
+                    head += fh.read(header_len - len(head))
+                return parse_header(head, size, key).meta, size
 
         return self._call(path, read)
 

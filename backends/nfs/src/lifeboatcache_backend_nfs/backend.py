@@ -31,10 +31,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TypeVar
 
+import xxhash
 from lifeboatcache_core.builtin.file import FileBackend, FileConfig
 from lifeboatcache_core.chunkfile import BlockMeta, Buffer
+from lifeboatcache_core.config import default_cache_dir
 from lifeboatcache_core.errors import TierUnavailableError
 from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.manifest import sqlite_url
 from pydantic import Field
 
 log = logging.getLogger("lifeboatcache.nfs")
@@ -139,6 +142,19 @@ class NFSBackend(FileBackend):
 
     def describe_namespace(self, namespace: str, info: dict[str, object]) -> None:
         self._run("namespace description", lambda: FileBackend.describe_namespace(self, namespace, info))
+
+    def read_header(self, key: BlockKey) -> tuple[BlockMeta, int]:
+        return self._run(f"read header {key.hex[:16]}", lambda: FileBackend.read_header(self, key))
+
+    def list_keys(self) -> Iterator[BlockKey]:
+        yield from self._run("list", lambda: list(FileBackend.list_keys(self)))
+
+    def default_manifest_url(self) -> str:
+        """On local disk, never on the export: SQLite's locking (and WAL) does not work over NFS."""
+        where = xxhash.xxh3_64_hexdigest(os.path.realpath(self.root).encode())
+        directory = default_cache_dir() / "manifests"
+        directory.mkdir(parents=True, exist_ok=True)
+        return sqlite_url(directory / f"nfs-{self.root.name}-{where}.sqlite")
 
     def probe(self) -> None:
         """Mount checks, then the file tier's write/read/delete probe; a pass resumes the tier."""

@@ -80,6 +80,15 @@ class OntapBackend(Backend):
     def scan(self) -> Iterator[tuple[BlockKey, int]]:
         return self.inner.scan()
 
+    def list_keys(self) -> Iterator[BlockKey]:
+        return self.inner.list_keys()
+
+    def read_header(self, key: BlockKey) -> tuple[BlockMeta, int]:
+        return self.inner.read_header(key)
+
+    def default_manifest_url(self) -> str | None:
+        return self.inner.default_manifest_url()
+
     def describe_namespace(self, namespace: str, info: dict[str, object]) -> None:
         describe = getattr(self.inner, "describe_namespace", None)
         if describe is not None:

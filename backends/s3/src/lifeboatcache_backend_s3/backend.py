@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import boto3
 import botocore.config
 import botocore.exceptions
+import xxhash
 from lifeboatcache_core.abc import Backend
 from lifeboatcache_core.chunkfile import (
     FIXED_LEN,
@@ -42,14 +43,17 @@ from lifeboatcache_core.chunkfile import (
     parse_header,
     read_block_stream,
 )
+from lifeboatcache_core.config import default_cache_dir
 from lifeboatcache_core.errors import CorruptBlockError, TierUnavailableError
 from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.manifest import sqlite_url
 
 from lifeboatcache_backend_s3.config import S3Config
 
 log = logging.getLogger("lifeboatcache.s3")
 
 SUFFIX = ".lbk"
+HEAD_READ = 4096
 _HOST = socket.gethostname()
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 T = TypeVar("T")
@@ -236,6 +240,34 @@ class S3Backend(Backend):
         return header.meta, memoryview(payload)
 
     # ------------------------------------------------------------------ other ops
+
+    def read_header(self, key: BlockKey) -> tuple[BlockMeta, int]:
+        """Meta and stored size from one ranged GET of the first 4 KiB (restart recovery)."""
+        name = self.object_name(key)
+        try:
+            resp = self._call(f"GET {name}", self.client.get_object, Key=name, Range=f"bytes=0-{HEAD_READ - 1}")
+        except S3Error as exc:
+            if exc.code == "InvalidRange":
+                raise CorruptBlockError("empty object") from None
+            raise
+        total = _object_size(resp)
+        body = resp["Body"]
+        try:
+            head = _stream(body.read, f"GET {name}", self)
+        finally:
+            body.close()
+        header_len = parse_fixed(head)[0]
+        if header_len > len(head) and header_len <= total:
+            resp = self._call(f"GET {name}", self.client.get_object, Key=name, Range=f"bytes=0-{header_len - 1}")
+            head = _stream(resp["Body"].read, f"GET {name}", self)
+        return parse_header(head, total, key).meta, total
+
+    def default_manifest_url(self) -> str:
+        """A local SQLite manifest per bucket/prefix: restarts need no header GET per block."""
+        where = xxhash.xxh3_64_hexdigest(f"{self.endpoint}|{self.bucket}|{self.prefix}".encode())
+        directory = default_cache_dir() / "manifests"
+        directory.mkdir(parents=True, exist_ok=True)
+        return sqlite_url(directory / f"s3-{self.bucket}-{where}.sqlite")
 
     def exists(self, key: BlockKey) -> bool:
         try:
