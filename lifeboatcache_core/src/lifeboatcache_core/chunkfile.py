@@ -59,10 +59,16 @@ class BlockMeta:
     axes: list[str] | None = None
     created_at: float = 0.0
     tag: str | None = None
+    #: keyed tiers only (lifeboatcache_core.integrity): ``hmac-sha256:<key id>:<hex>``; omitted when None,
+    #: so blocks of ordinary tiers keep their bytes
+    mac: str | None = None
 
     def to_json(self) -> bytes:
         # a flat dict, not dataclasses.asdict (which deep-copies): this runs once per put
-        return json.dumps({name: getattr(self, name) for name in _META_FIELDS}, separators=(",", ":")).encode()
+        obj = {name: getattr(self, name) for name in _META_FIELDS}
+        if self.mac is not None:
+            obj["mac"] = self.mac
+        return json.dumps(obj, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes | memoryview) -> BlockMeta:
@@ -113,7 +119,7 @@ def encode_block(meta: BlockMeta, pieces: Sequence[Buffer]) -> list[Buffer]:
     ]
 
 
-_META_FIELDS = tuple(f.name for f in fields(BlockMeta))
+_META_FIELDS = tuple(f.name for f in fields(BlockMeta) if f.name != "mac")
 
 
 @dataclass(slots=True)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from lifeboatcache_core.abc import PluginConfig
 from lifeboatcache_core.errors import ConfigError, LifeboatError
+from lifeboatcache_core.integrity import BlockSigner, signer_from_keys
 from lifeboatcache_core.registry import Kind
 
 ENV_CONFIG = "LIFEBOAT_CACHE_CONFIG"
@@ -71,6 +72,12 @@ class TierConfig(BaseModel):
     probe_seconds: float = Field(default=30.0, gt=0)
     manifest: bool = True
     manifest_url: str | None = None
+    #: "keyed" signs every block (HMAC-SHA256) so writers without the key cannot plant KV in a
+    #: shared tier (lifeboatcache_core.integrity); "xxh3" detects damage only
+    integrity: Literal["xxh3", "keyed"] = "xxh3"
+    #: accepted keys, newest first (used for writes); empty: read from ``integrity_keys_env``
+    integrity_keys: list[str] = Field(default_factory=list, repr=False)
+    integrity_keys_env: str = "LIFEBOATCACHE_INTEGRITY_KEYS"
 
     _backend_options: PluginConfig | None = PrivateAttr(default=None)
     _codec_options: PluginConfig | None = PrivateAttr(default=None)
@@ -83,7 +90,15 @@ class TierConfig(BaseModel):
         )
         self._codec_options = _validate_plugin_options("codec", self.codec, self.codec_options, "codec_options")
         self._policy_options = _validate_plugin_options("policy", self.policy, self.policy_options, "policy_options")
+        if self.integrity == "keyed":
+            self.integrity_signer()  # a missing or weak key is a config error, not a serving-time surprise
         return self
+
+    def integrity_signer(self) -> BlockSigner | None:
+        """The block signer of a keyed tier (keys from config, else the environment); None for xxh3."""
+        if self.integrity != "keyed":
+            return None
+        return signer_from_keys(self.integrity_keys, self.integrity_keys_env, f"tier {self.label!r}")
 
     @property
     def label(self) -> str:

@@ -8,9 +8,10 @@ gives a different namespace, so stale or foreign KV can never be served.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NamedTuple
 
 import xxhash
@@ -116,6 +117,20 @@ class Namespace:
     def id(self) -> str:
         """16 hex characters: stable across processes, Python versions and machines."""
         return xxhash.xxh3_64_hexdigest(self.canonical())
+
+    def for_tenant(self, salt: str | bytes | None) -> Namespace:
+        """This namespace for one tenant: a per-request salt (vLLM/LMCache ``cache_salt``, SGLang
+        extra keys) becomes part of the id, so one tenant's blocks are never served to another.
+
+        Only a digest of the salt is kept (``extra["tenant"]``): namespaces are described in
+        clear beside the blocks, and a salt is a secret that must not leak into a shared tier.
+        No salt (None or empty) returns the namespace unchanged, so unsalted requests share.
+        """
+        if not salt:
+            return self
+        raw = salt.encode() if isinstance(salt, str) else bytes(salt)
+        tenant = hashlib.sha256(b"lifeboatcache tenant v1\0" + raw).hexdigest()[:32]
+        return replace(self, extra={**self.extra, "tenant": tenant})
 
     def key(self, digest: bytes) -> BlockKey:
         key = BlockKey(self.id, digest)

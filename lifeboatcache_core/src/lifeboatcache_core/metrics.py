@@ -39,6 +39,7 @@ class TierStats:
     evictions: int = 0
     corrupt_blocks: int = 0
     incompatible_blocks: int = 0
+    tampered_blocks: int = 0
     errors: int = 0
     promotions: int = 0
     raw_bytes_written: int = 0
@@ -56,6 +57,7 @@ COUNTERS = {
     "evictions": "Blocks evicted to respect capacity",
     "corrupt_blocks": "Blocks that failed an integrity check (served as misses)",
     "incompatible_blocks": "Blocks written by a codec version this process cannot decode",
+    "tampered_blocks": "Blocks of a keyed tier whose integrity tag did not verify (served as misses)",
     "errors": "I/O errors (served as misses)",
     "promotions": "Blocks copied up into this tier after a lower-tier hit",
     "raw_bytes_written": "Raw (engine) bytes of the blocks stored in this tier, before the codec",

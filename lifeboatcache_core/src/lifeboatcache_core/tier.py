@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from lifeboatcache_core.abc import Backend, BlockHint, Codec, EvictionPolicy, KVLayout
 from lifeboatcache_core.chunkfile import BlockMeta
 from lifeboatcache_core.errors import CorruptBlockError, LifeboatError
+from lifeboatcache_core.integrity import BlockSigner, TamperedBlockError
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.manifest import Manifest, ManifestError
 from lifeboatcache_core.metrics import OPS, LatencyHistogram, TierStats
@@ -82,6 +83,7 @@ class Tier:
         self._identity = bool(getattr(self.codec, "identity", False))
         self.manifest: Manifest | None = None
         self.recovery = RecoveryProgress()
+        self.signer: BlockSigner | None = cfg.integrity_signer()
 
     # ------------------------------------------------------------------ health
 
@@ -272,6 +274,8 @@ class Tier:
                              tag=hint.tag if hint else None)
         if layout is not None:
             meta.dtype, meta.shape, meta.axes = layout.dtype, list(layout.shape), list(layout.axes)
+        if self.signer is not None:
+            meta.mac = self.signer.sign(meta, pieces)
         try:
             stored = backend.put(key, pieces, meta)
         except Exception as exc:
@@ -355,6 +359,8 @@ class Tier:
         assert self.backend is not None
         try:
             meta, payload = self.backend.read(key)
+            if self.signer is not None:
+                self.signer.verify(meta, (payload,))
             raw = bytearray(meta.raw_len)
             self._codec_for(meta.codec).decode(payload, meta.codec_params, layout_from_meta(meta), memoryview(raw))
         except (KeyError, OSError, LifeboatError, ValueError):
@@ -373,6 +379,8 @@ class Tier:
             return None
         try:
             meta, payload = backend.read(key, dest if self._identity else None)
+            if self.signer is not None:
+                self.signer.verify(meta, (payload,))
             if meta.raw_len != dest.nbytes:
                 raise IncompatibleBlockError(f"block holds {meta.raw_len} bytes, caller expects {dest.nbytes}")
             codec = self._codec_for(meta.codec)
@@ -390,6 +398,9 @@ class Tier:
             with self.lock:
                 if key in self.index:
                     self._forget(key)
+            return None
+        except TamperedBlockError as exc:
+            self._tampered(key, exc.reason)
             return None
         except CorruptBlockError as exc:
             self._corrupt(key, exc.reason)
@@ -424,6 +435,19 @@ class Tier:
         try:
             assert self.backend is not None
             self.backend.quarantine(key, reason)
+        except OSError:
+            pass
+
+    def _tampered(self, key: BlockKey, reason: str) -> None:
+        """A block of a keyed tier that its key does not vouch for: set aside like a corrupt one."""
+        with self.lock:
+            self.stats.tampered_blocks += 1
+            self._forget(key)
+        log.warning("tier %s: block %s… failed its keyed integrity check (%s): set aside, served as a miss",
+                    self.name, key.hex[:16], reason)
+        try:
+            assert self.backend is not None
+            self.backend.quarantine(key, f"tampered: {reason}")
         except OSError:
             pass
 
