@@ -1,0 +1,159 @@
+"""Keyed integrity (``integrity = "keyed"``): a writer without the key cannot plant KV.
+
+The attacker here is real: a second cache over the same directory (a party that can write to
+the shared export) with the default xxh3 check, or with a key of its own. Its blocks are
+perfectly valid xxh3 blocks; only the keyed tag tells them apart.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+from lifeboatcache_core.builtin.file import FileBackend
+from lifeboatcache_core.chunkfile import FIXED, FIXED_LEN, BlockMeta, build_header
+from lifeboatcache_core.errors import ConfigError
+from lifeboatcache_core.integrity import ENV_KEYS, BlockSigner, TamperedBlockError
+
+from tests.core.helpers import blobs, file_tier, keys, open_cache
+
+KEY_OLD = "old-secret-0123456789abcdef"
+KEY_NEW = "new-secret-fedcba9876543210"
+
+
+def keyed_tier(path: Path, *accepted: str) -> dict:
+    return file_tier(path, integrity="keyed", integrity_keys=list(accepted))
+
+
+def test_keyed_round_trip_stores_a_tag_and_serves_the_bytes(tmp_path: Path) -> None:
+    ks, data = keys(4), blobs(4, 8192)
+    with open_cache(tmp_path, keyed_tier(tmp_path / "shared", KEY_NEW)) as cache:
+        assert all(cache.put(ks, data))
+        out = [bytearray(8192) for _ in ks]
+        assert cache.get(ks, out) == [True] * 4
+        assert [bytes(o) for o in out] == data
+        backend = cache.all_tiers[0].backend
+        meta, _ = backend.read_header(ks[0])
+        assert meta.mac and meta.mac.startswith("hmac-sha256:")
+        assert cache.stats()["nvme"]["tampered_blocks"] == 0
+
+
+@pytest.mark.parametrize("attacker", ["no key (xxh3 writer)", "a key of its own"])
+def test_planted_block_is_a_miss_counted_as_tampered(tmp_path: Path, attacker: str) -> None:
+    ks, data = keys(3), blobs(3, 4096)
+    shared = tmp_path / "shared"
+    with open_cache(tmp_path / "victim0", keyed_tier(shared, KEY_NEW)) as cache:
+        assert all(cache.put(ks, data))
+    forged = [b"\x66" * 4096] * 3
+    attacker_tier = (file_tier(shared) if attacker.startswith("no key")
+                     else keyed_tier(shared, "attacker-key-00000000000000"))
+    with open_cache(tmp_path / "attacker", attacker_tier) as evil:
+        evil.all_tiers[0].backend.put(ks[1], [forged[1]], BlockMeta.new(ks[1], 4096))  # overwrite a real key
+        if attacker.startswith("a key"):  # also forge a tag with its own key
+            backend = evil.all_tiers[0].backend
+            meta = BlockMeta.new(ks[2], 4096)
+            meta.mac = BlockSigner(["attacker-key-00000000000000"]).sign(meta, [forged[2]])
+            backend.put(ks[2], [forged[2]], meta)
+    with open_cache(tmp_path / "victim1", keyed_tier(shared, KEY_NEW)) as cache:
+        assert cache.wait_ready(30)
+        out = [bytearray(4096) for _ in ks]
+        hits = cache.get(ks, out)
+        assert hits[0] and bytes(out[0]) == data[0]
+        expected_tampered = 1 if attacker.startswith("no key") else 2
+        assert hits[1:] == [False, attacker.startswith("no key")]
+        if hits[2]:
+            assert bytes(out[2]) == data[2]
+        stats = cache.stats()["nvme"]
+        assert stats["tampered_blocks"] == expected_tampered
+        assert stats["corrupt_blocks"] == 0
+        assert list((shared / ".bad").rglob("*.lbk")), "tampered blocks are set aside for inspection"
+
+
+def test_edited_codec_params_with_a_fixed_crc_are_tampered(tmp_path: Path) -> None:
+    """An attacker who edits the meta (and recomputes its crc32) cannot keep the tag valid."""
+    ks, data = keys(1), blobs(1, 4096)
+    shared = tmp_path / "shared"
+    with open_cache(tmp_path / "a", keyed_tier(shared, KEY_NEW)) as cache:
+        assert all(cache.put(ks, data))
+        path = Path(cache.all_tiers[0].backend.path_of(ks[0]))
+    raw = path.read_bytes()
+    _magic, _v, header_len, _flags, payload_len, _crc = FIXED.unpack_from(raw, 0)
+    meta_obj = json.loads(raw[FIXED_LEN:header_len])
+    meta_obj["codec_params"] = {"scale": 2.0}
+    meta = BlockMeta(**meta_obj)
+    header = build_header(meta, payload_len)
+    forged = header + raw[header_len:]
+    assert zlib.crc32(header[FIXED_LEN:]) == struct.unpack_from("<I", header, 20)[0]
+    path.write_bytes(forged)
+    with open_cache(tmp_path / "b", keyed_tier(shared, KEY_NEW)) as cache:
+        assert cache.wait_ready(30)
+        assert cache.get(ks, [bytearray(4096)]) == [False]
+        assert cache.stats()["nvme"]["tampered_blocks"] == 1
+
+
+def test_a_signed_block_moved_to_another_key_is_not_served(tmp_path: Path) -> None:
+    ks, data = keys(2), blobs(2, 4096)
+    shared = tmp_path / "shared"
+    with open_cache(tmp_path / "a", keyed_tier(shared, KEY_NEW)) as cache:
+        assert all(cache.put(ks, data))
+        backend: FileBackend = cache.all_tiers[0].backend
+        Path(backend.path_of(ks[1])).write_bytes(Path(backend.path_of(ks[0])).read_bytes())
+    with open_cache(tmp_path / "b", keyed_tier(shared, KEY_NEW)) as cache:
+        assert cache.wait_ready(30)
+        out = [bytearray(4096), bytearray(4096)]
+        assert cache.get(ks, out) == [True, False]
+        assert bytes(out[0]) == data[0]
+
+
+def test_key_rotation_newest_writes_any_listed_key_reads(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    old_ks, new_ks = keys(2), keys(2, start=100)
+    old_data, new_data = blobs(2, 4096), blobs(2, 4096)
+    with open_cache(tmp_path / "a", keyed_tier(shared, KEY_OLD)) as cache:
+        assert all(cache.put(old_ks, old_data))
+    with open_cache(tmp_path / "b", keyed_tier(shared, KEY_NEW, KEY_OLD)) as cache:
+        assert cache.wait_ready(30)
+        out = [bytearray(4096) for _ in old_ks]
+        assert cache.get(old_ks, out) == [True, True]
+        assert [bytes(o) for o in out] == old_data
+        assert all(cache.put(new_ks, new_data))
+        new_id = BlockSigner([KEY_NEW]).key_ids[0]
+        assert cache.all_tiers[0].backend.read_header(new_ks[0])[0].mac.split(":")[1] == new_id
+    with open_cache(tmp_path / "c", keyed_tier(shared, KEY_NEW)) as cache:  # the old key retired
+        assert cache.wait_ready(30)
+        out = [bytearray(4096) for _ in range(4)]
+        assert cache.get([*old_ks, *new_ks], out) == [False, False, True, True]
+        assert cache.stats()["nvme"]["tampered_blocks"] == 2
+
+
+def test_keys_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_KEYS, f"{KEY_NEW}, {KEY_OLD}")
+    ks, data = keys(1), blobs(1, 4096)
+    with open_cache(tmp_path, file_tier(tmp_path / "t", integrity="keyed")) as cache:
+        assert all(cache.put(ks, data))
+        meta, _ = cache.all_tiers[0].backend.read_header(ks[0])
+    BlockSigner([KEY_NEW]).verify(meta, [data[0]])
+    with pytest.raises(TamperedBlockError):
+        BlockSigner([KEY_OLD]).verify(meta, [data[0]])
+
+
+@pytest.mark.parametrize(("keys_given", "needle"), [([], ENV_KEYS), (["short"], "shorter than 16")])
+def test_keyed_without_a_usable_key_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       keys_given: list[str], needle: str) -> None:
+    monkeypatch.delenv(ENV_KEYS, raising=False)
+    with pytest.raises(ConfigError, match=needle):
+        open_cache(tmp_path, keyed_tier(tmp_path / "t", *keys_given))
+
+
+def test_default_blocks_keep_their_format(tmp_path: Path) -> None:
+    """xxh3 tiers write no tag: the meta JSON has exactly the fields it had before keyed mode."""
+    ks, data = keys(1), blobs(1, 4096)
+    with open_cache(tmp_path, file_tier(tmp_path / "t")) as cache:
+        assert all(cache.put(ks, data))
+        raw = Path(cache.all_tiers[0].backend.path_of(ks[0])).read_bytes()
+    header_len = FIXED.unpack_from(raw, 0)[2]
+    assert sorted(json.loads(raw[FIXED_LEN:header_len])) == sorted(
+        ["namespace", "key", "codec", "codec_params", "raw_len", "dtype", "shape", "axes", "created_at", "tag"])
