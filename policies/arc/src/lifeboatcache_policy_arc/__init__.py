@@ -1,0 +1,1 @@
+"""ARC eviction policy for lifeboatcache tiers (registered as ``arc``)."""

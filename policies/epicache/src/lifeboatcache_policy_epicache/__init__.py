@@ -1,0 +1,1 @@
+"""EpiCache-style episode eviction for lifeboatcache tiers (registered as ``epicache``)."""

@@ -1,0 +1,201 @@
+"""EpiCache for stored blocks: evict whole cold episodes first, and an episode's tail before its head.
+
+Episodes. A block belongs to the episode of its ``hint.tag`` when the adapter knows the
+session (or derived a topic tag, e.g. with :class:`~lifeboatcache_policy_epicache.clusters.EpisodeClusters`
+from embeddings); otherwise to the episode of its ``hint.parent``: blocks that share a prefix
+chain belong together, and a chain whose root is new starts a new episode. Recently evicted
+keys remember their episode (a bounded ghost map), so a session whose tail was evicted rejoins
+its episode when it comes back.
+
+Which episode. Every episode learns its own rhythm: the (log-mean) clock gap between its visits
+(a visit = a run of operations on the episode with no other operation in between). Its
+*deadline* is ``last_visit + patience * gap``. An episode past its deadline is cold (the
+session paused: the user reads, a tool runs long, the session ended) and goes first, most
+overdue first. While no episode is cold, the one expected back last (``last_visit + gap``
+farthest ahead) goes, which is what Bélády's offline optimum would evict.
+
+Which block. Within the chosen episode the deepest block goes first, so an episode shrinks
+from its tail and a returning session still hits its leading blocks (a prompt hits only as
+long as its leading blocks are cached).
+
+The clock is logical (one tick per insert or touch): deterministic with a seed and independent
+of wall time. Heaps use lazy deletion and are rebuilt when stale entries outnumber live ones,
+so every operation is O(log n) and memory stays proportional to the blocks tracked plus the
+ghost map (at most as many keys as blocks tracked).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Literal
+
+from lifeboatcache_core.abc import BlockHint, EvictionPolicy, PluginConfig
+from lifeboatcache_core.keys import BlockKey
+from pydantic import Field
+
+
+class EpiCacheConfig(PluginConfig):
+    patience: float = Field(4.0, gt=0.0, description="an episode is cold after this many of its usual gaps")
+    gap_smoothing: float = Field(0.3, gt=0.0, le=1.0, description="EWMA weight of a new visit gap (log scale)")
+    warm_order: Literal["farthest", "lru"] = Field(
+        "farthest", description="among warm episodes evict the one expected back last, or the least recent")
+
+
+class _Episode:
+    __slots__ = ("blocks", "deadline", "heap", "last", "last_op", "log_gap", "warm_key")
+
+    def __init__(self, now: int, log_gap: float) -> None:
+        self.last = now  # start of the latest visit
+        self.last_op = now
+        self.log_gap = log_gap
+        self.deadline = 0.0  # cold after this clock
+        self.warm_key = 0.0  # order among warm episodes (min goes first)
+        self.blocks = 0
+        self.heap: list[tuple[int, int, Hashable]] = []  # (-depth, seq, key)
+
+
+class EpiCachePolicy(EvictionPolicy):
+    name = "epicache"
+    config_model = EpiCacheConfig
+
+    def __init__(self, config: PluginConfig | None = None, *, seed: int = 0) -> None:
+        super().__init__(config, seed=seed)
+        cfg: EpiCacheConfig = self.config  # type: ignore[assignment]
+        self._patience = cfg.patience
+        self._alpha = cfg.gap_smoothing
+        self._farthest = cfg.warm_order == "farthest"
+        self._clock = 0
+        self._seq = 0
+        self._global_log_gap = 0.0
+        self._blocks: dict[Hashable, tuple[Hashable, int]] = {}  # key -> (episode id, seq)
+        self._episodes: dict[Hashable, _Episode] = {}
+        self._ghosts: OrderedDict[Hashable, Hashable] = OrderedDict()  # evicted key -> episode id
+        self._by_deadline: list[tuple[float, int, Hashable]] = []  # min-heap: coldest first
+        self._by_return: list[tuple[float, int, Hashable]] = []  # max-heap (negated deadline)
+
+    # -------------------------------------------------------------------- tier calls
+
+    def insert(self, key: BlockKey, size: int, hint: BlockHint | None = None) -> None:
+        self._clock += 1
+        if key in self._blocks:
+            self._visit(self._blocks[key][0])
+            return
+        episode_id = self._episode_for(key, hint)
+        episode = self._visit(episode_id)
+        depth = hint.depth if hint is not None and hint.depth is not None else 0
+        self._seq += 1
+        self._blocks[key] = (episode_id, self._seq)
+        episode.blocks += 1
+        heapq.heappush(episode.heap, (-depth, self._seq, key))
+        if len(episode.heap) > 2 * episode.blocks + 16:
+            episode.heap = [e for e in episode.heap if self._blocks.get(e[2], (None, -1))[1] == e[1]]
+            heapq.heapify(episode.heap)
+
+    def touch(self, key: BlockKey) -> None:
+        found = self._blocks.get(key)
+        if found is not None:
+            self._clock += 1
+            self._visit(found[0])
+
+    def remove(self, key: BlockKey) -> None:
+        found = self._blocks.pop(key, None)
+        if found is None:
+            return
+        episode_id = found[0]
+        episode = self._episodes[episode_id]
+        episode.blocks -= 1
+        if episode.blocks == 0:
+            del self._episodes[episode_id]
+        self._ghosts[key] = episode_id
+        while len(self._ghosts) > len(self._blocks) + 16:
+            self._ghosts.popitem(last=False)
+
+    def victim(self, incoming: BlockKey | None = None) -> BlockKey | None:
+        episode = self._coldest_episode()
+        if episode is None:
+            return None
+        heap, blocks = episode.heap, self._blocks
+        while heap:
+            _, seq, key = heap[0]
+            found = blocks.get(key)
+            if found is not None and found[1] == seq:
+                return key  # type: ignore[return-value]
+            heapq.heappop(heap)
+        raise AssertionError("an episode with blocks has an empty heap")  # pragma: no cover
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._blocks
+
+    # -------------------------------------------------------------------- episodes
+
+    def _episode_for(self, key: Hashable, hint: BlockHint | None) -> Hashable:
+        if hint is not None:
+            if hint.tag is not None:
+                return ("tag", hint.tag)
+            parent = hint.parent
+            if parent is not None:
+                found = self._blocks.get(parent)
+                if found is not None:
+                    return found[0]
+                ghost = self._ghosts.get(parent)
+                if ghost is not None:
+                    return ghost
+        ghost = self._ghosts.pop(key, None)
+        return ghost if ghost is not None else ("root", key)
+
+    def _visit(self, episode_id: Hashable) -> _Episode:
+        """Record an operation on the episode; a new visit updates its rhythm and deadline."""
+        now = self._clock
+        episode = self._episodes.get(episode_id)
+        if episode is None:
+            episode = self._episodes[episode_id] = _Episode(now, self._global_log_gap)
+        elif now - episode.last_op <= 1:  # same visit: operations back to back
+            episode.last_op = now
+            return episode
+        else:
+            log_gap = math.log2(now - episode.last_op)
+            episode.log_gap += self._alpha * (log_gap - episode.log_gap)
+            self._global_log_gap += 0.01 * (log_gap - self._global_log_gap)
+            episode.last = episode.last_op = now
+        gap = 2.0 ** episode.log_gap
+        episode.deadline = now + gap * self._patience
+        episode.warm_key = -(now + gap) if self._farthest else now
+        self._seq += 1
+        heapq.heappush(self._by_deadline, (episode.deadline, self._seq, episode_id))
+        heapq.heappush(self._by_return, (episode.warm_key, self._seq, episode_id))
+        if len(self._by_deadline) > 2 * len(self._episodes) + 64:
+            self._rebuild_episode_heaps()
+        return episode
+
+    def _live_top(self, heap: list[tuple[float, int, Hashable]], field: str) -> _Episode | None:
+        """The top episode of ``heap`` whose ``field`` still equals its entry (others are stale)."""
+        episodes = self._episodes
+        while heap:
+            value, _, episode_id = heap[0]
+            episode = episodes.get(episode_id)
+            if episode is not None and getattr(episode, field) == value:
+                return episode
+            heapq.heappop(heap)
+        return None
+
+    def _coldest_episode(self) -> _Episode | None:
+        overdue = self._live_top(self._by_deadline, "deadline")
+        if overdue is None:
+            return None
+        if overdue.deadline < self._clock:
+            return overdue
+        return self._live_top(self._by_return, "warm_key")
+
+    def _rebuild_episode_heaps(self) -> None:
+        # a unique seq per entry: ties never compare episode ids (of mixed types)
+        items = list(self._episodes.items())
+        self._by_deadline = [(e.deadline, n, i) for n, (i, e) in enumerate(items)]
+        self._by_return = [(e.warm_key, n, i) for n, (i, e) in enumerate(items)]
+        heapq.heapify(self._by_deadline)
+        heapq.heapify(self._by_return)

@@ -1,0 +1,1 @@
+"""Score eviction policy for lifeboatcache tiers (registered as ``score``)."""
