@@ -1,0 +1,79 @@
+"""``LIFEBOAT_CACHE=1`` with ``engine.vllm_mode = "lmcache"``: vLLM on LMCache, lifeboatcache below.
+
+Registered as a ``vllm.general_plugins`` entry point (vLLM calls :func:`load` in every
+process). It does nothing without the variable or in ``native`` mode (the vLLM adapter
+handles that one). In ``lmcache`` mode it wraps ``EngineArgs.create_engine_config`` (process
+0, before the config is shipped to EngineCore): it checks that LMCache can move KV on this
+device (and refuses to start otherwise), starts a local ``lmcache server`` with our L2
+adapter, and points ``LMCacheMPConnector`` at it. An explicit ``--kv-transfer-config`` wins.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from typing import Any
+
+from lifeboatcache_core.config import ENV_CONFIG
+
+from lifeboatcache_lmcache.settings import enabled_by_env, load_lifeboat_config
+
+log = logging.getLogger("lifeboatcache.lmcache")
+_MARK = "_lifeboatcache_lmcache_wrapped"
+
+
+def lmcache_mode_selected() -> bool:
+    """True when ``$LIFEBOAT_CACHE`` is on and the config says ``engine.vllm_mode = "lmcache"``."""
+    if not enabled_by_env():
+        return False
+    try:
+        return load_lifeboat_config(None).engine.vllm_mode == "lmcache"
+    except Exception:
+        return False  # the vLLM adapter reports a broken config
+
+
+def apply(engine_args: Any) -> bool:
+    """Fill ``engine_args.kv_transfer_config`` with LMCache's MP connector; return whether we did."""
+    from lifeboatcache_lmcache.server import (
+        LocalServer,
+        check_device,
+        free_port,
+        kv_transfer_config_dict,
+        server_command,
+    )
+
+    if engine_args.kv_transfer_config is not None:
+        log.warning("lifeboatcache: LIFEBOAT_CACHE=1 but an explicit --kv-transfer-config is set; using it "
+                    "unchanged (lifeboatcache stays out)")
+        return False
+    kind = check_device()  # raises: never run "LMCache mode" that cannot move KV
+    config = load_lifeboat_config(None)
+    port = free_port()
+    server = LocalServer(server_command(config, port=port, config_path=os.environ.get(ENV_CONFIG),
+                                       model_path=getattr(engine_args, "model", None)), port).start()
+    from vllm.config import KVTransferConfig
+
+    engine_args.kv_transfer_config = KVTransferConfig(**kv_transfer_config_dict(server.host, port))
+    log.info("lifeboatcache: LMCache mode on %s: LMCache server pid %s on port %d, lifeboatcache as its L2",
+             kind, server.process.pid if server.process else "?", port)
+    return True
+
+
+def load() -> None:
+    """vLLM general-plugin entry point."""
+    if not lmcache_mode_selected():
+        return
+    from vllm.engine.arg_utils import EngineArgs
+
+    original = EngineArgs.create_engine_config
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def create_engine_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+        apply(self)
+        return original(self, *args, **kwargs)
+
+    setattr(create_engine_config, _MARK, True)
+    EngineArgs.create_engine_config = create_engine_config  # type: ignore[method-assign]
