@@ -131,7 +131,7 @@ def test_through_the_cache_errors_are_misses_and_the_tier_recovers(tmp_path: Pat
     root.mkdir()
     cache = TieredCache(LifeboatConfig.model_validate({
         "tiers": [{"name": "nfs", "backend": "nfs", "capacity_gb": 1, "path": str(root), "require_nfs_mount": False,
-                   "unhealthy_after": 2, "reprobe_seconds": 0.1}],
+                   "unhealthy_after": 2, "reprobe_seconds": 1.0}],  # no re-probe before the health check
         "fallback_local": {"path": str(tmp_path / "fallback")},
     }), background_index=False)
     try:

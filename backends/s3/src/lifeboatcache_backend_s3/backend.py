@@ -18,6 +18,7 @@ tier health); only bytes that fail verification are ``CorruptBlockError``.
 from __future__ import annotations
 
 import errno
+import io
 import json
 import logging
 import os
@@ -154,24 +155,25 @@ class S3Backend(Backend):
 
     def put(self, key: BlockKey, payload: Sequence[Buffer], meta: BlockMeta) -> int:
         name = self.object_name(key)
-        body = b"".join(encode_block(meta, payload))  # one copy: HTTP needs one contiguous body
-        if len(body) >= self.config.multipart_threshold:
-            self._put_multipart(name, memoryview(body))
+        block = BufferReader(encode_block(meta, payload))  # header, caller's pieces, trailer: no copy
+        if block.size >= self.config.multipart_threshold:
+            self._put_multipart(name, block)
         else:
-            self._call(f"PUT {name}", self.client.put_object, Key=name, Body=body)
-        return len(body)
+            self._call(f"PUT {name}", self.client.put_object, Key=name, Body=block, ContentLength=block.size)
+        return block.size
 
-    def _put_multipart(self, name: str, body: memoryview) -> None:
-        """Upload ``body`` in parts, in parallel; abort on any failure so no part lingers."""
+    def _put_multipart(self, name: str, block: BufferReader) -> None:
+        """Upload ``block`` in parts, in parallel; abort on any failure so no part lingers."""
         upload = self._call(f"start multipart {name}", self.client.create_multipart_upload, Key=name)
         upload_id = upload["UploadId"]
         size = self.config.part_size
-        ranges = [(i + 1, off) for i, off in enumerate(range(0, len(body), size))]
+        ranges = [(i + 1, off) for i, off in enumerate(range(0, block.size, size))]
 
         def send(part: tuple[int, int]) -> dict[str, Any]:
             number, off = part
-            resp = self._call(f"PUT {name} part {number}", self.client.upload_part, Key=name,
-                              UploadId=upload_id, PartNumber=number, Body=body[off:off + size].tobytes())
+            body = block.window(off, min(off + size, block.size))
+            resp = self._call(f"PUT {name} part {number}", self.client.upload_part, Key=name, UploadId=upload_id,
+                              PartNumber=number, Body=body, ContentLength=body.size)
             return {"PartNumber": number, "ETag": resp["ETag"]}
 
         try:
@@ -341,6 +343,53 @@ class S3Backend(Backend):
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+class BufferReader(io.RawIOBase):
+    """A seekable, read-only file over buffers laid end to end (a window of them), without copying.
+
+    botocore takes bytes or a file-like body; this hands it the block's header, the caller's
+    payload pieces and the trailer as they are, and rewinds for a retry.
+    """
+
+    def __init__(self, pieces: Sequence[Buffer], start: int = 0, end: int | None = None) -> None:
+        super().__init__()
+        self._pieces = [memoryview(p).cast("B") for p in pieces]
+        total = sum(p.nbytes for p in self._pieces)
+        self._start, self._end = start, total if end is None else end
+        self.size = self._end - self._start
+        self._pos = 0
+
+    def window(self, start: int, end: int) -> BufferReader:
+        """Bytes ``[start, end)`` of this reader, as a reader of their own (a multipart part)."""
+        return BufferReader(self._pieces, self._start + start, self._start + end)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        self._pos = max(0, min(self.size, base + offset))
+        return self._pos
+
+    def readinto(self, buf: Any) -> int:
+        out = memoryview(buf).cast("B")
+        want = min(out.nbytes, self.size - self._pos)
+        done = 0
+        for view in _slices(self._pieces, self._start + self._pos, self._start + self._pos + want):
+            out[done:done + view.nbytes] = view
+            done += view.nbytes
+        self._pos += done
+        return done
+
+    def __len__(self) -> int:
+        return self.size
 
 
 def _make_client(config: S3Config) -> Any:
