@@ -162,13 +162,13 @@ def test_fleet_capacity_is_shared_and_evictions_keep_rows_and_objects_in_step(sh
         try:
             rows = dict(fleet.load())
             assert 0 < fleet.used() <= capacity
-            assert 5 <= len(rows) < 60  # the fleet evicted, and kept what fits
+            assert 5 <= len(rows) < 60  # the fleet evicted ...
+            assert capacity - fleet.used() < size + 1024  # ... only what it had to
         finally:
             fleet.close()
         objects = stored_objects(shared)
         assert {f"kv/{NS}/{k.hex[:2]}/{k.hex}.lbk" for k in rows} == set(objects)  # no orphans, no phantoms
-        recent = keys(25, 5) + keys(125, 5)  # the newest blocks of each node survive (LRU fleet-wide)
-        assert all(k in rows for k in recent[-3:])
+        recent = keys(25, 5) + keys(125, 5)
         for node in (a, b):
             seen = node.get(recent, size)
             assert seen["uniform"] and all(ok == (k in rows) for ok, k in zip(seen["ok"], recent, strict=True))
@@ -181,8 +181,8 @@ def test_a_node_killed_mid_write_leaves_no_visible_half_block(shared: dict[str, 
     size = 6 * 1024**2  # multipart uploads of two parts each
     big = {"multipart_threshold_mb": 5, "part_size_mb": 5, "parallel_parts": 1}
     writer = Node(node_config(shared, "w", 1024**3, **big), shared["tmp"] / "w.log")
-    writer.send("put", keys(0, 8), size, list(range(8)))
-    time.sleep(random.Random(7).uniform(0.8, 1.6))  # somewhere inside the sequence of puts
+    writer.send("put", keys(0, 12), size, list(range(12)))
+    time.sleep(random.Random(7).uniform(0.3, 0.9))  # somewhere inside the sequence of puts
     writer.kill()
     reader = Node(node_config(shared, "r", 1024**3, **big), shared["tmp"] / "r.log")
     try:
@@ -196,9 +196,9 @@ def test_a_node_killed_mid_write_leaves_no_visible_half_block(shared: dict[str, 
             decode_block(raw)
         for k in rows:  # every row points at a whole block
             assert f"kv/{NS}/{k.hex[:2]}/{k.hex}.lbk" in objects
-        seen = reader.get(keys(0, 8), size)
+        seen = reader.get(keys(0, 12), size)
         assert seen["uniform"]
-        assert [k in rows for k in keys(0, 8)] == seen["ok"]
-        assert seen["ok"] != [True] * 8, "the writer was killed before finishing: some block must be missing"
+        assert [k in rows for k in keys(0, 12)] == seen["ok"]
+        assert seen["ok"] != [True] * 12, "the writer was killed before finishing: some block must be missing"
     finally:
         reader.stop()
