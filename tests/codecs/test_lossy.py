@@ -210,3 +210,19 @@ def test_oscar_keeps_sink_tokens_exact(tmp_path: Path) -> None:
                      memoryview(bytearray(x.nbytes)))
     no_sinks = OscarCodec(OscarConfig(rotation_dir=tmp_path, exact_tokens=0))
     assert no_sinks.encode(memoryview(x.view(np.uint8).reshape(-1)), BLOCK)[1]["exact_tokens"] == []
+
+
+@settings(max_examples=25, deadline=None)
+@given(fmt=st.sampled_from(["e4m3", "e5m2"]), scale=st.sampled_from(["block", "token_head"]),
+       tokens=st.integers(1, 40), dim=st.sampled_from([1, 8, 64]), magnitude=st.sampled_from([1e-3, 1.0, 300.0]),
+       dtype=st.sampled_from(["bfloat16", "float16", "float32"]), seed=st.integers(0, 2**16))
+def test_fp8_stays_within_its_bound(fmt: str, scale: str, tokens: int, dim: int, magnitude: float, dtype: str,
+                                    seed: int) -> None:
+    layout = KVLayout(dtype, (2, 2, tokens, 2, dim), AXES)
+    x = (kv_like(layout.shape, seed).astype(np.float32) * magnitude).astype(
+        {"bfloat16": ml_dtypes.bfloat16}.get(dtype, dtype))
+    codec = Fp8Codec(Fp8Config(format=fmt, scale=scale))
+    out, stored, _ = round_trip(codec, x, layout)
+    a, b = x.astype(np.float32), out.astype(np.float32)
+    assert np.max(np.abs(a - b)) <= codec.error_bound(layout) * np.max(np.abs(a))
+    assert stored <= x.nbytes

@@ -8,7 +8,8 @@ for e5m2. Groups are either one per (layer, K/V) slice of the block (``scale = "
 vLLM's per-tensor scales; 2.0x on bf16) or one per (token, head) vector (``"token_head"``,
 1.97x on bf16, for models whose heads differ wildly in range).
 
-A block already in fp8, a block without a layout, or one holding NaN/Inf is stored as it is
+A block already in fp8, a block without a layout, one holding NaN/Inf, or one whose groups
+are so small that scales and codes would not be smaller than the input is stored as it is
 (``mode = "raw"``): the codec never makes a block worse than the engine gave it.
 
 Payload: the scale exponents (one int8 per group, C order of the group grid), then the fp8
@@ -90,6 +91,8 @@ class Fp8Codec(Codec):
         if layout is None or layout.dtype not in SOURCE_DTYPES:
             return [raw], {"mode": "raw"}
         fmt, scale = self.options.format, self.options.scale
+        if int(np.prod(_scale_shape(layout, scale))) + int(np.prod(layout.shape)) >= raw.nbytes:
+            return [raw], {"mode": "raw"}  # a scale per element or two: fp8 would save nothing
         x = np.frombuffer(raw, dtype=SOURCE_DTYPES[layout.dtype]).reshape(layout.shape).astype(np.float32)
         amax = np.max(np.abs(x), axis=_group_axes(layout, scale), keepdims=True)
         if not np.isfinite(amax).all():
