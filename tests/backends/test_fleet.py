@@ -16,11 +16,13 @@ from typing import Any
 
 import boto3
 import pytest
+from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.chunkfile import decode_block
+from lifeboatcache_core.config import load_config_dict
 from lifeboatcache_core.fleet import FleetManifest
 from lifeboatcache_core.keys import BlockKey
 
-from tests.backends.backend_servers import MotoServer, PostgresServer
+from tests.backends.backend_servers import MotoServer, PostgresServer, free_port
 from tests.backends.conftest import AWS_TEST_ENV
 
 NS = "fleetns"
@@ -202,3 +204,21 @@ def test_a_node_killed_mid_write_leaves_no_visible_half_block(shared: dict[str, 
         assert seen["ok"] != [True] * 12, "the writer was killed before finishing: some block must be missing"
     finally:
         reader.stop()
+
+
+def test_unreachable_manifest_database_skips_the_tier_with_the_reason(shared: dict[str, Any]) -> None:
+    config = node_config(shared, "x", 1024**2)
+    config["tiers"][0]["manifest_url"] = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/postgres"
+    config["tiers"][0]["reprobe_seconds"] = 60
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in AWS_TEST_ENV.items():
+            mp.setenv(name, value)
+        cache = TieredCache(load_config_dict(config), background_index=False)
+    try:
+        health = {h["tier"]: h for h in cache.health()}
+        assert not health[shared["tier"]]["up"]
+        assert "fleet manifest postgresql+psycopg://postgres@127.0.0.1:" in health[shared["tier"]]["reason"]
+        assert "cannot be opened" in health[shared["tier"]]["reason"]
+        assert health["fallback"]["up"]
+    finally:
+        cache.close()

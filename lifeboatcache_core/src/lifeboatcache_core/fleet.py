@@ -167,19 +167,23 @@ class FleetTier(Tier):
         self.fleet: FleetManifest | None = None
 
     def open(self) -> bool:
-        if not super().open():
-            return False
-        local = getattr(self, "manifest", None)
-        if local is not None:  # the shared, synchronous rows replace the per-node batched ones
-            local.close()
-            self.manifest = None
+        """The shared manifest first (without it this node must not write), then the backend."""
         if self.fleet is None:
             try:
                 self.fleet = FleetManifest(str(self.cfg.manifest_url), self.name, self.fleet_capacity)
             except ManifestError as exc:
                 self.mark_down(str(exc))
                 return False
+        if not super().open():
+            return False
+        local = getattr(self, "manifest", None)
+        if local is not None:  # the shared, synchronous rows replace the per-node batched ones
+            local.close()
+            self.manifest = None
         return True
+
+    def _open_manifest(self) -> None:
+        """No per-node manifest: the fleet manifest is this tier's only index store."""
 
     def load_index(self) -> None:
         """The index is the fleet's rows: no scan of the shared store is needed."""
