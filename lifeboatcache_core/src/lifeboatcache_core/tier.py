@@ -507,6 +507,8 @@ class Tier:
             "persistent": self.persistent,
             "index_complete": self.index_complete,
             "recovery": self.recovery.as_dict(),
+            # failed manifest flushes (rows are kept and retried): a locked or damaged database
+            "manifest_write_errors": self.manifest.write_errors if self.manifest is not None else 0,
         }
 
     def close(self) -> None:
