@@ -226,3 +226,20 @@ def test_fp8_stays_within_its_bound(fmt: str, scale: str, tokens: int, dim: int,
     a, b = x.astype(np.float32), out.astype(np.float32)
     assert np.max(np.abs(a - b)) <= codec.error_bound(layout) * np.max(np.abs(a))
     assert stored <= x.nbytes
+
+
+def test_oscar_from_many_threads_leaves_blas_threading_as_it_was(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_info
+
+    def blas_threads() -> list[int]:
+        return [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+
+    before = blas_threads()
+    codec = OscarCodec(OscarConfig(rotation_dir=tmp_path))
+    x = kv_like(BLOCK.shape, seed=3)
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda _: round_trip(codec, x, BLOCK)[0].tobytes(), range(8)))
+    assert len(set(outs)) == 1  # one calibration, same bytes from every thread
+    assert blas_threads() == before

@@ -65,8 +65,37 @@ BITS = 2
 SINK_SCORE = 0.8
 #: largest head dimension we rotate (the rotation is dim x dim per layer and head)
 MAX_DIM = 1024
-#: the BLAS thread pool, limited to one thread around our small matmuls (see _rotate)
-_BLAS = ThreadpoolController()
+class _SingleThreadedBlas:
+    """Limit BLAS to one thread while any thread is inside; restore it when the last one leaves.
+
+    threadpoolctl's limiter is process-wide and restores what it saw on entry, so two tier I/O
+    threads nesting it could leave BLAS limited for good; a counted limiter cannot.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._limiter: Any = None
+        self._controller: ThreadpoolController | None = None  # finds the loaded BLAS once
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._inside == 0:
+                if self._controller is None:
+                    self._controller = ThreadpoolController()
+                self._limiter = self._controller.limit(limits=1, user_api="blas")
+            self._inside += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0:
+                self._limiter.restore_original_limits()
+                self._limiter = None
+
+
+#: around our small matmuls and eigendecompositions (see _rotate)
+_SINGLE_THREADED_BLAS = _SingleThreadedBlas()
 CLIP_GRID = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5)
 
 
@@ -145,7 +174,7 @@ def _rotate(x: np.ndarray, matrices: np.ndarray) -> np.ndarray:
     its threads than multiplying a 256 x 64 matrix (and stalls badly on a busy machine).
     """
     out = np.empty(x.shape[:-1] + matrices.shape[-1:], dtype=np.float32)
-    with _BLAS.limit(limits=1, user_api="blas"):
+    with _SINGLE_THREADED_BLAS:
         for layer in range(x.shape[0]):
             for head in range(x.shape[1]):
                 np.matmul(x[layer, head], matrices[layer, head], out=out[layer, head])
@@ -375,7 +404,7 @@ def _fit(sample: np.ndarray, layout: KVLayout) -> dict[str, np.ndarray]:
         x, _ = _heads_last(np.asarray(sample[index], dtype=np.float32), axes)  # (layer, head, tokens, dim)
         dim = x.shape[-1]
         moment = _rotate(np.swapaxes(x, -1, -2).copy(), x).astype(np.float64)
-        with _BLAS.limit(limits=1, user_api="blas"):  # LAPACK threads only stall on 64 x 64
+        with _SINGLE_THREADED_BLAS:  # LAPACK threads only stall on 64 x 64
             _, eigvec = np.linalg.eigh(moment)  # columns: eigenvectors, ascending eigenvalues
         rot = (eigvec[..., ::-1] @ _mixer(dim)).astype(np.float32)
         arrays[f"{half}_rot"] = rot
