@@ -69,6 +69,10 @@ class FleetManifest:
         self._touch_lock = threading.Lock()
         self._touched_at = time.monotonic()
 
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(select(1))
+
     def _row(self, key: BlockKey) -> Any:
         return and_(blocks.c.tier == self.tier, blocks.c.namespace == key.namespace, blocks.c.digest == key.digest)
 
@@ -168,12 +172,17 @@ class FleetTier(Tier):
 
     def open(self) -> bool:
         """The shared manifest first (without it this node must not write), then the backend."""
-        if self.fleet is None:
-            try:
+        try:
+            if self.fleet is None:
                 self.fleet = FleetManifest(str(self.cfg.manifest_url), self.name, self.fleet_capacity)
-            except ManifestError as exc:
-                self.mark_down(str(exc))
-                return False
+            else:
+                self.fleet.ping()
+        except ManifestError as exc:
+            self.mark_down(str(exc))
+            return False
+        except SQLAlchemyError as exc:
+            self.mark_down(f"fleet manifest unreachable: {_first_line(exc)}")
+            return False
         if not super().open():
             return False
         local = getattr(self, "manifest", None)
@@ -181,6 +190,15 @@ class FleetTier(Tier):
             local.close()
             self.manifest = None
         return True
+
+    def check(self) -> None:
+        """The periodic probe also checks that the shared manifest answers."""
+        super().check()
+        if self.up and self.fleet is not None:
+            try:
+                self.fleet.ping()
+            except SQLAlchemyError as exc:
+                self.mark_down(f"fleet manifest unreachable: {_first_line(exc)}")
 
     def _open_manifest(self) -> None:
         """No per-node manifest: the fleet manifest is this tier's only index store."""
