@@ -97,3 +97,19 @@ def test_codec_options_are_checked_at_config_time(tmp_path: Path) -> None:
         open_cache(tmp_path, "lbq", bits=5)
     with pytest.raises(ConfigError, match="group_sise"):
         open_cache(tmp_path, "int2", group_sise=16)
+
+
+@pytest.mark.parametrize(("codec", "max_share"), [("lossless", 0.9), ("fp8", 0.51), ("lbq", 0.29)])
+def test_vllm_native_rows_are_compressed(tmp_path: Path, codec: str, max_share: float) -> None:
+    """vLLM's native tier describes a chunk only as (layer, block, page) rows of its dtype."""
+    layout = KVLayout("bfloat16", (2, 4, 6144), ("layer", "block", "page"))
+    rng = np.random.default_rng(1)
+    data = [(rng.standard_normal(layout.shape) * 2).astype(ml_dtypes.bfloat16).view(np.uint16) for _ in range(2)]
+    with open_cache(tmp_path, codec) as cache:
+        assert cache.put(keys(2), data, layout=layout) == [True, True]
+        assert stored_bytes(cache) <= max_share * sum(d.nbytes for d in data) + 2 * 8192
+        out = [np.empty_like(d) for d in data]
+        assert cache.get(keys(2), out) == [True, True]
+        for d, o in zip(data, out, strict=True):
+            err = np.linalg.norm(as_float(o) - as_float(d)) / np.linalg.norm(as_float(d))
+            assert err == 0 if codec == "lossless" else 0 < err < 0.15
