@@ -111,3 +111,16 @@ def test_epicache_tag_overrides_the_prefix_tree() -> None:
     epi.insert(key(2), 1, BlockHint("s2", key(1), 1))  # other session, although it extends key(1)
     epi.insert(key(3), 1, BlockHint(None, key(2), 2))  # no tag: joins its parent's episode (s2)
     assert epi._blocks[key(3)][0] == epi._blocks[key(2)][0] != epi._blocks[key(1)][0]
+
+
+def test_episode_clusters_tag_similar_texts_alike() -> None:
+    import numpy as np
+    from lifeboatcache_policy_epicache.clusters import EpisodeClusters
+
+    clusters = EpisodeClusters(4, threshold=0.9, max_topics=2)
+    a = clusters.tag_for(np.array([1.0, 0.0, 0.0, 0.0]))
+    assert clusters.tag_for(np.array([0.99, 0.05, 0.0, 0.0])) == a
+    b = clusters.tag_for(np.array([0.0, 1.0, 0.0, 0.0]))
+    assert b != a
+    c = clusters.tag_for(np.array([0.0, 0.0, 1.0, 0.0]))  # a third topic replaces the least recent (a)
+    assert c not in (a, b) and clusters.tag_for(np.array([0.0, 1.0, 0.0, 0.0])) == b

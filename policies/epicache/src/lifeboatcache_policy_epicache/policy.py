@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Literal
 
 from lifeboatcache_core.abc import BlockHint, EvictionPolicy, PluginConfig
@@ -47,9 +47,9 @@ class EpiCacheConfig(PluginConfig):
 class _Episode:
     __slots__ = ("blocks", "deadline", "heap", "last", "last_op", "log_gap", "warm_key")
 
-    def __init__(self, now: int, log_gap: float) -> None:
+    def __init__(self, op: int, now: float, log_gap: float) -> None:
         self.last = now  # start of the latest visit
-        self.last_op = now
+        self.last_op = op
         self.log_gap = log_gap
         self.deadline = 0.0  # cold after this clock
         self.warm_key = 0.0  # order among warm episodes (min goes first)
@@ -68,6 +68,9 @@ class EpiCachePolicy(EvictionPolicy):
         self._alpha = cfg.gap_smoothing
         self._farthest = cfg.warm_order == "farthest"
         self._clock = 0
+        #: seconds for gaps and deadlines (``time.monotonic`` in a tier, the replay's clock in a
+        #: simulation); ``None``: count operations instead (deterministic, load-relative)
+        self.clock: Callable[[], float] | None = None
         self._seq = 0
         self._global_log_gap = 0.0
         self._blocks: dict[Hashable, tuple[Hashable, int]] = {}  # key -> (episode id, seq)
@@ -149,20 +152,24 @@ class EpiCachePolicy(EvictionPolicy):
         ghost = self._ghosts.pop(key, None)
         return ghost if ghost is not None else ("root", key)
 
+    def _now(self) -> float:
+        return self.clock() if self.clock is not None else float(self._clock)
+
     def _visit(self, episode_id: Hashable) -> _Episode:
         """Record an operation on the episode; a new visit updates its rhythm and deadline."""
-        now = self._clock
+        op = self._clock
         episode = self._episodes.get(episode_id)
-        if episode is None:
-            episode = self._episodes[episode_id] = _Episode(now, self._global_log_gap)
-        elif now - episode.last_op <= 1:  # same visit: operations back to back
-            episode.last_op = now
+        if episode is not None and op - episode.last_op <= 1:  # same visit: operations back to back
+            episode.last_op = op
             return episode
+        now = self._now()
+        if episode is None:
+            episode = self._episodes[episode_id] = _Episode(op, now, self._global_log_gap)
         else:
-            log_gap = math.log2(now - episode.last_op)
+            log_gap = math.log2(max(now - episode.last, 1e-3))
             episode.log_gap += self._alpha * (log_gap - episode.log_gap)
             self._global_log_gap += 0.01 * (log_gap - self._global_log_gap)
-            episode.last = episode.last_op = now
+            episode.last, episode.last_op = now, op
         gap = 2.0 ** episode.log_gap
         episode.deadline = now + gap * self._patience
         episode.warm_key = -(now + gap) if self._farthest else now
@@ -188,7 +195,7 @@ class EpiCachePolicy(EvictionPolicy):
         overdue = self._live_top(self._by_deadline, "deadline")
         if overdue is None:
             return None
-        if overdue.deadline < self._clock:
+        if overdue.deadline < self._now():
             return overdue
         return self._live_top(self._by_return, "warm_key")
 
