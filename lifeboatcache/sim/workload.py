@@ -1,0 +1,57 @@
+"""The replay schedule of ``lifeboatcache.traces`` flattened for simulation.
+
+Block ids stay plain Python ints (unique across conversations) because the simulator's hot loop
+hands them straight to ``dict``/``set`` and to the policies, which treat keys as opaque
+hashables; building a ``BlockKey`` per reference would cost more than the simulation itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lifeboatcache.traces import BLOCK_TOKENS, load_traces, schedule
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests in replay order: the block ids of each prompt, its prompt tokens and its stream."""
+
+    blocks: list[list[int]]
+    input_tokens: list[int]
+    streams: list[str]  # the session (main agent or sub-agent) that sent each request
+    times: list[float]  # seconds since the replay started
+    block_tokens: int
+    working_set: int  # distinct blocks over all requests
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.input_tokens)
+
+    @property
+    def references(self) -> int:
+        return sum(len(b) for b in self.blocks)
+
+    def capacity_blocks(self, fraction: float) -> int:
+        """A tier size as a fraction of the working set, in blocks (at least one)."""
+        return max(1, int(fraction * self.working_set))
+
+
+def load_workload(directory: str | Path, *, seed: int = 0, spread_s: float = 3600.0,
+                  limit: int | None = None) -> Workload:
+    """Parse the traces in ``directory`` and lay them out on the fixed replay schedule."""
+    conversations = load_traces(directory, limit=limit)
+    items = schedule(conversations, seed=seed, spread_s=spread_s)
+    block_tokens = conversations[0].block_tokens if conversations else BLOCK_TOKENS
+    arrays = [item.block_ids for item in items]
+    working_set = int(np.unique(np.concatenate(arrays)).size) if arrays else 0
+    return Workload(
+        blocks=[a.tolist() for a in arrays],
+        input_tokens=[item.request.input_tokens for item in items],
+        streams=[item.stream_id for item in items],
+        times=[item.time for item in items],
+        block_tokens=block_tokens,
+        working_set=working_set,
+    )

@@ -1,0 +1,102 @@
+"""The simulator: GPU prefix cache, a policy-run tier, Bélády, and the two commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from typer.testing import CliRunner
+
+from lifeboatcache.cli import app
+from lifeboatcache.sim.belady import next_use, simulate_belady
+from lifeboatcache.sim.engine import gpu_prefix_hits
+from lifeboatcache.sim.replay import simulate
+from lifeboatcache.sim.sweep import make_policy, run_sweep, unlimited_hit_frac
+from lifeboatcache.sim.workload import Workload, load_workload
+
+
+def workload(prompts: list[list[int]]) -> Workload:
+    distinct = {b for p in prompts for b in p}
+    return Workload(prompts, [64 * len(p) + 10 for p in prompts], [f"s{i}" for i in range(len(prompts))],
+                    64, len(distinct))
+
+
+def test_hits_are_leading_runs_split_between_gpu_and_tier() -> None:
+    # GPU holds 2 blocks; the tier (LRU, 3 blocks) holds what the GPU lost
+    wl = workload([[1, 2, 3], [1, 2, 3, 4], [9, 8], [1, 2, 3, 4, 5]])
+    gpu = gpu_prefix_hits(wl, 2)
+    assert gpu == [0, 0, 0, 0]  # 2 blocks never hold a whole leading run here: LRU evicted 1
+    result = simulate(wl, gpu, make_policy("lru"), capacity_blocks=3)
+    # request 2: tier has [2,3,4]? no: 1 was evicted by 4 -> miss at the first block
+    assert result.tokens_from_engine == 0
+    assert result.tokens_total == sum(wl.input_tokens)
+    assert result.tokens_from_tiers == 64 * 3  # only request 1 hits [1,2,3]
+
+
+def test_gpu_cache_serves_a_returning_prefix() -> None:
+    wl = workload([[1, 2, 3], [1, 2, 3, 4]])
+    assert gpu_prefix_hits(wl, 8) == [0, 3]
+    assert gpu_prefix_hits(wl, 0) == [0, 0]
+
+
+def test_next_use_positions() -> None:
+    nxt = next_use(np.array([5, 6, 5, 7, 6, 5]))
+    never = 1 << 62
+    assert nxt.tolist() == [2, 4, 5, never, never, never]
+
+
+def test_belady_is_an_upper_bound_on_real_traces(traces_dir: Path) -> None:
+    wl = load_workload(traces_dir, limit=6)
+    gpu = gpu_prefix_hits(wl, 256)
+    ceiling = unlimited_hit_frac(wl, gpu)
+    for fraction in (0.02, 0.1):
+        cap = wl.capacity_blocks(fraction)
+        best = simulate_belady(wl, gpu, cap, fraction).hit_frac
+        for name in ("lru", "arc", "score", "epicache"):
+            rate = simulate(wl, gpu, make_policy(name), cap, fraction).hit_frac
+            assert 0 < rate <= best + 1e-9 <= ceiling + 1e-9, (name, fraction, rate, best, ceiling)
+
+
+def test_sweep_rows_and_curve_grow_with_capacity(traces_dir: Path) -> None:
+    wl = load_workload(traces_dir, limit=4)
+    rows = run_sweep(wl, ["lru", "belady"], [0.01, 0.05, 0.5], gpu_blocks=128)
+    lru = [r.hit_frac for r in rows if r.policy == "lru"]
+    assert lru == sorted(lru) and lru[0] < lru[-1]
+
+
+def test_bench_traces_json(traces_dir: Path) -> None:
+    result = CliRunner().invoke(app, ["bench", "traces", "--traces", str(traces_dir), "--limit", "3",
+                                      "--capacity-frac", "0.05", "--capacity-frac", "0.2", "--gpu-blocks", "64",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    rows = report["results"]
+    assert {r["policy"] for r in rows} == {"lru", "arc", "score", "epicache", "belady"}
+    assert {r["capacity_frac"] for r in rows} == {0.05, 0.2}
+    for r in rows:
+        total = r["tokens_from_engine"] + r["tokens_from_tiers"] + r["tokens_recomputed"]
+        assert total == report["prompt_tokens"]
+        assert abs(r["hit_frac"] - (total - r["tokens_recomputed"]) / total) < 1e-4
+
+
+def test_bench_traces_unknown_policy_names_the_choices(traces_dir: Path) -> None:
+    result = CliRunner().invoke(app, ["bench", "traces", "--traces", str(traces_dir), "--limit", "1",
+                                      "--policy", "lfu", "--json"])
+    assert result.exit_code != 0
+    assert "lfu" in str(result.exception) or "lfu" in result.output
+
+
+def test_advise_json(traces_dir: Path) -> None:
+    result = CliRunner().invoke(app, ["advise", "--traces", str(traces_dir), "--limit", "3", "--policy", "lru",
+                                      "--grid", "0.05", "--grid", "0.2", "--grid", "1.0", "--gpu-blocks", "64",
+                                      "--dram-gib", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    rows = report["advice"]
+    assert [r["target"] for r in rows] == [0.8, 0.9, 0.95]
+    sizes = [r["capacity_blocks"] for r in rows]
+    assert all(s is not None for s in sizes) and sizes == sorted(sizes)  # a higher goal needs more room
+    for r in rows:
+        assert abs(r["dram_gib"] + r["nvme_gib"] - r["gib"]) < 0.02 and r["dram_gib"] <= 1.0
+    assert report["curves"]["lru"][-1][1] >= 0.95 * report["optimum_hit_frac"]
