@@ -203,3 +203,19 @@ def test_s3_protocol_checks_the_bucket_then_uses_the_s3_backend(fake: FakeOntap,
     backend.put(k, [b"s3data" * 100], BlockMeta.new(k, 600))
     assert bytes(backend.read(k)[1]) == b"s3data" * 100
     assert [k2 for k2, _ in backend.scan()] == [k]
+
+
+def test_client_address_defaults_to_the_route_toward_the_nfs_server(fake: FakeOntap, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    table = tmp_path / "mounts"
+    table.write_text(f"127.0.0.1:/lifeboat {mnt} nfs4 rw 0 0\n")  # the NFS server is this host
+    monkeypatch.setattr(ontap_mod, "MOUNTS_FILE", str(table))
+    opts = options(fake, mnt)
+    del opts["client_address"]
+    fake.policies[0]["rules"] = [FakeOntap.rule(1, "10.0.0.0/8")]
+    with pytest.raises(TierUnavailableError, match=r"export policy 'default' of SVM 'svm1' denies 127\.0\.0\.1"):
+        OntapBackend(OntapConfig(**opts), tier="ontap").probe()
+    fake.policies[0]["rules"] = [FakeOntap.rule(1, "127.0.0.0/8")]
+    OntapBackend(OntapConfig(**opts), tier="ontap").probe()
