@@ -66,6 +66,8 @@ def object_layout_tag(obj: MemoryObj) -> str:
 
 def host_view(obj: MemoryObj) -> memoryview:
     """A writable flat byte view of an L1 object (no copy)."""
+    if obj.get_size() == 0:
+        return memoryview(bytearray())
     data = obj.byte_array
     if isinstance(data, memoryview) and not data.readonly:
         return data.cast("B") if data.format != "B" or data.ndim != 1 else data
