@@ -73,7 +73,7 @@ def test_oscar_rotation_is_orthogonal_stored_once_and_found_after_restart(tmp_pa
     codec = OscarCodec(OscarConfig(rotation_dir=tmp_path))
     first, _, p1 = round_trip(codec, kv_like(BLOCK.shape, seed=1), BLOCK)
     _, _, p2 = round_trip(codec, kv_like(BLOCK.shape, seed=2), BLOCK)
-    assert p1["rotation"] == p2["rotation"] and len(list(tmp_path.iterdir())) == 1
+    assert p1["rotation"] == p2["rotation"] and len(list(tmp_path.glob("oscar-*.npz"))) == 1
     rotation = codec.rotation(p1["rotation"])
     for half in ("k", "v"):
         r = rotation.matrix(half).astype(np.float64)
@@ -89,6 +89,9 @@ def test_oscar_rotation_is_orthogonal_stored_once_and_found_after_restart(tmp_pa
     OscarCodec(OscarConfig(rotation_dir=tmp_path)).decode(payload, params, BLOCK,
                                                           memoryview(out.view(np.uint8).reshape(-1)))
     np.testing.assert_array_equal(out, first)
+    # ... and encodes new blocks of that shape with the same rotation instead of storing another
+    _, _, p4 = round_trip(OscarCodec(OscarConfig(rotation_dir=tmp_path)), kv_like(BLOCK.shape, seed=8), BLOCK)
+    assert p4["rotation"] == p1["rotation"] and len(list(tmp_path.glob("oscar-*.npz"))) == 2
     # ... and without the file the block is corrupt (a miss), never garbage
     with pytest.raises(CorruptBlockError, match="rotation"):
         OscarCodec(OscarConfig(rotation_dir=tmp_path / "elsewhere")).decode(

@@ -29,7 +29,10 @@ What we had to choose, since a storage codec sees only the cache:
 
 The rotation (matrices and clip factors) is calibrated on the first block the codec
 encodes for a given KV shape — or explicitly with :meth:`OscarCodec.calibrate` — and stored
-once, content-addressed, as ``oscar-<id>.npz`` in ``rotation_dir``; each block records the id.
+once, content-addressed, as ``oscar-<id>.npz`` in ``rotation_dir``, with ``current-<shape>.txt``
+naming the one new blocks of that shape use (also after a restart); each block records the id.
+The codec never sees a block's namespace, so "once per namespace" is "once per KV shape":
+models of one shape share a rotation unless ``calibrate`` is called for one of them.
 A block whose rotation file is missing decodes as a miss. Tiers that share blocks between
 hosts must share ``rotation_dir`` too (put it on the shared storage).
 """
@@ -225,35 +228,43 @@ class OscarCodec(GroupQuantCodec):
         return tuple((a, n) for a, n in pairs if a not in ("token", "block", "page"))
 
     def calibrate(self, sample: np.ndarray, layout: KVLayout) -> str:
-        """Fit and store a rotation from ``sample`` (float32, in ``layout``); return its id.
+        """Fit a rotation to ``sample`` (float32, in ``layout``), store it, make it current; return its id.
 
-        Later blocks of the same shape (all axes but tokens) are encoded with it.
+        "Current" means: later blocks of the same shape (all axes but tokens) are encoded with
+        it, in this process and — through ``current-<shape>.txt`` in ``rotation_dir`` — in
+        processes started later, so a restart does not calibrate (and store) another one.
         """
-        with self._calibrating:  # concurrent first blocks of one shape share one calibration
-            known = self._by_shape.get(self._shape_key(layout))
-            if known is not None:
-                return known.id
-            rotation = Rotation(_fit(sample, layout))
-            self._save(rotation)
-            with self._lock:
-                self._by_id[rotation.id] = rotation
-                self._by_shape[self._shape_key(layout)] = rotation
-            return rotation.id
+        rotation = Rotation(_fit(sample, layout))
+        _write_atomic(self.options.rotation_dir / f"oscar-{rotation.id}.npz", rotation.blob, keep_existing=True)
+        _write_atomic(self._current_path(layout), rotation.id.encode(), keep_existing=False)
+        with self._lock:
+            self._by_id[rotation.id] = rotation
+            self._by_shape[self._shape_key(layout)] = rotation
+        return rotation.id
 
-    def _save(self, rotation: Rotation) -> None:
-        folder = self.options.rotation_dir
-        path = folder / f"oscar-{rotation.id}.npz"
-        if path.exists():
-            return
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".partial", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(rotation.blob)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+    def _current_path(self, layout: KVLayout) -> Path:
+        shape = xxhash.xxh3_64_hexdigest(repr(self._shape_key(layout)).encode())
+        return self.options.rotation_dir / f"current-{shape}.txt"
+
+    def _current_rotation(self, x: np.ndarray, layout: KVLayout) -> Rotation:
+        """This shape's rotation: in memory, else the stored current one, else calibrated on ``x``."""
+        key = self._shape_key(layout)
+        with self._lock:
+            found = self._by_shape.get(key)
+        if found is not None:
+            return found
+        with self._calibrating:  # concurrent first blocks of one shape share one rotation
+            with self._lock:
+                found = self._by_shape.get(key)
+            if found is not None:
+                return found
+            try:
+                found = self.rotation(self._current_path(layout).read_text().strip())
+            except (OSError, CorruptBlockError):
+                return self.rotation(self.calibrate(x, layout))
+            with self._lock:
+                self._by_shape[key] = found
+            return found
 
     def rotation(self, rotation_id: str) -> Rotation:
         """The stored rotation ``rotation_id`` (cached); CorruptBlockError when it cannot be had."""
@@ -291,9 +302,7 @@ class OscarCodec(GroupQuantCodec):
         return False
 
     def _params(self, layout: KVLayout, x: np.ndarray) -> dict[str, Any]:
-        with self._lock:
-            rotation = self._by_shape.get(self._shape_key(layout))
-        rotation_id = rotation.id if rotation is not None else self.calibrate(x, layout)
+        rotation_id = self._current_rotation(x, layout).id
         exact = sink_tokens(x, layout, self.options.exact_tokens)
         return {"mode": self.mode, "bits": BITS, "rotation": rotation_id, "exact_tokens": exact}
 
@@ -374,6 +383,21 @@ class OscarCodec(GroupQuantCodec):
         if "layer" not in kvarray.half_axes(layout) or kvarray.half_axes(layout)[0] != "layer":
             return float(np.max(clips))  # layer is not the outer axis: one factor for all rows
         return np.repeat(clips, per_layer)
+
+
+def _write_atomic(path: Path, data: bytes, *, keep_existing: bool) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename (readers never see half)."""
+    if keep_existing and path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def sink_tokens(x: np.ndarray, layout: KVLayout, limit: int) -> list[int]:
