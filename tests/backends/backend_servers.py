@@ -84,14 +84,29 @@ class PostgresServer:
         subprocess.run([str(bin_dir / "initdb"), "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres",
                         "--no-sync", "-E", "UTF8"], check=True, capture_output=True, cwd=self.dir,
                        **as_postgres)  # type: ignore[call-overload]
+        self._bin, self._as_postgres = bin_dir, as_postgres
         self.log = open(self.dir / "server.log", "wb")  # closed in stop()
+        self.start()
+
+    def start(self) -> None:
+        """Start (or restart, on the same port and data) the server and wait until it answers."""
         self.proc = subprocess.Popen(
-            [str(bin_dir / "postgres"), "-D", str(self.dir / "data"), "-h", "127.0.0.1", "-p", str(self.port),
+            [str(self._bin / "postgres"), "-D", str(self.dir / "data"), "-h", "127.0.0.1", "-p", str(self.port),
              "-k", str(self.dir), "-c", "fsync=off", "-c", "max_connections=200"],
-            stdout=self.log, stderr=subprocess.STDOUT, cwd=self.dir, **as_postgres,  # type: ignore[call-overload]
+            stdout=self.log, stderr=subprocess.STDOUT, cwd=self.dir, **self._as_postgres,  # type: ignore[call-overload]
         )
         wait_for_port(self.port, self.proc)
         self._wait_ready()
+
+    def halt(self) -> None:
+        """Stop the server, keeping its data (a database outage)."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGINT)  # PostgreSQL's "fast" shutdown
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
 
     def _wait_ready(self, timeout: float = 30.0) -> None:
         import sqlalchemy
@@ -116,12 +131,6 @@ class PostgresServer:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGINT)  # PostgreSQL's "fast" shutdown
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        self.halt()
         self.log.close()
         self._rmtree(self.dir, ignore_errors=True)

@@ -222,3 +222,32 @@ def test_unreachable_manifest_database_skips_the_tier_with_the_reason(shared: di
         assert health["fallback"]["up"]
     finally:
         cache.close()
+
+
+def test_a_manifest_database_outage_is_a_miss_and_the_tier_recovers(shared: dict[str, Any]) -> None:
+    database = PostgresServer()  # its own server: this test stops it
+    config = node_config(shared, "o", 10 * 1024**2)
+    config["tiers"][0].update(manifest_url=database.url, unhealthy_after=1, reprobe_seconds=0.2)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            for name, value in AWS_TEST_ENV.items():
+                mp.setenv(name, value)
+            cache = TieredCache(load_config_dict(config), background_index=False)
+            try:
+                assert cache.put(keys(0, 2), [b"a" * 5000, b"b" * 5000]) == [True, True]
+                database.halt()
+                assert cache.put(keys(2, 1), [b"c" * 5000]) == [False]  # cannot publish: not stored
+                health = cache.health()[0]
+                assert not health["up"] and "fleet manifest" in health["reason"], health
+                database.start()
+                deadline = time.monotonic() + 20
+                while not cache.health()[0]["up"] and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert cache.health()[0]["up"], cache.health()
+                bufs = [bytearray(5000), bytearray(5000)]
+                assert cache.get(keys(0, 2), bufs) == [True, True] and bytes(bufs[1]) == b"b" * 5000
+                assert cache.put(keys(2, 1), [b"c" * 5000]) == [True]
+            finally:
+                cache.close()
+    finally:
+        database.stop()
