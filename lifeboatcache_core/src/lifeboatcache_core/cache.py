@@ -21,6 +21,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 from typing_extensions import Buffer as _Buffer
 
 from lifeboatcache_core import metrics
@@ -66,8 +67,15 @@ class _Job:
 
 
 def as_byte_view(buf: _Buffer) -> memoryview:
-    """A flat byte view of any C-contiguous buffer (bytes, bytearray, numpy, torch via numpy)."""
-    view = memoryview(buf)
+    """A flat byte view of any C-contiguous buffer (bytes, bytearray, numpy, torch via numpy).
+
+    numpy dtypes the buffer protocol cannot describe (bfloat16 from ml_dtypes, float8) are
+    viewed as uint8 first: the bytes are what we store.
+    """
+    try:
+        view = memoryview(buf)
+    except ValueError:
+        view = memoryview(np.ascontiguousarray(buf).reshape(-1).view(np.uint8))
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     return view
