@@ -206,3 +206,14 @@ def test_duplicate_put_is_not_rewritten(tmp_path: Path) -> None:
         dest = bytearray(50)
         assert cache.get(keys(1), [dest]) == [True] and bytes(dest) == b"first" * 10
         assert cache.stats()["nvme"]["puts"] == 1
+
+
+def test_bfloat16_numpy_arrays_are_stored_as_bytes(tmp_path: Path) -> None:
+    import ml_dtypes
+
+    arr = np.arange(64, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(4, 16)
+    with open_cache(tmp_path) as cache:
+        assert cache.put(keys(1), [arr]) == [True]
+        out = np.zeros_like(arr)
+        assert cache.get(keys(1), [out]) == [True]
+        assert out.tobytes() == arr.tobytes()
