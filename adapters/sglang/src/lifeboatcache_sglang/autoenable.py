@@ -56,8 +56,8 @@ def load() -> None:
     """SGLang general-plugin entry point."""
     if os.environ.get(ENV_ENABLE, "") not in ("1", "true", "yes") or not _is_launch_server():
         return
-    new = rewrite_argv(sys.argv[1:])
-    if new != sys.argv[1:]:
+    given = sys.argv[1:]
+    new = rewrite_argv(given)
+    if new != given:
         sys.argv[1:] = new
-        log.warning("lifeboatcache: LIFEBOAT_CACHE=1: SGLang HiCache storage is lifeboatcache (%s)",
-                    " ".join(new[len(new) - 6:]))
+        log.warning("lifeboatcache: LIFEBOAT_CACHE=1: added %s", " ".join(new[len(given):]))

@@ -41,6 +41,8 @@ class SGLangStorageSettings(BaseModel):
     prefetch_timeout_per_ki_token: float | None = None
     hicache_storage_pass_prefix_keys: bool | None = None
     tp_lcm_size: int | None = None
+    # added by SGLang when --file-storage-path is given (for its file backend; unused here)
+    file_storage_path: str | None = None
     # ours
     lifeboat_config: str | None = None
     """A lifeboatcache TOML/YAML config; default ``$LIFEBOAT_CACHE_CONFIG``, else the built-in tiers."""

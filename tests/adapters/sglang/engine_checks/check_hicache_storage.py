@@ -7,7 +7,9 @@ Runs in .venv-sglang-lmcache (see ../test_sglang_engine.py).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -263,3 +265,24 @@ def test_misconfiguration_serves_uncached_or_fails(problem: str, tmp_path: Path,
 
     with pytest.raises(RuntimeError, match=reason):
         create(make_storage_config({**extra, "lifeboat_on_error": "fail"}), pool)
+
+
+def test_launch_server_plugin_adds_flags_sglang_parses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang's own plugin discovery finds us, and its own parser takes the flags we add."""
+    from sglang.srt.plugins import GENERAL_PLUGINS_GROUP, load_plugins_by_group
+    from sglang.srt.server_args import prepare_server_args
+
+    plugins = load_plugins_by_group(GENERAL_PLUGINS_GROUP)
+    assert "lifeboatcache" in plugins
+    monkeypatch.setenv("LIFEBOAT_CACHE", "1")
+    monkeypatch.setattr(sys, "argv", ["/venv/site-packages/sglang/launch_server.py", "--model-path", "/m"])
+    plugins["lifeboatcache"][0]()
+    args = prepare_server_args(sys.argv[1:])
+    assert args.enable_hierarchical_cache and args.hicache_storage_backend == "dynamic" and args.page_size == 64
+    extra = json.loads(args.hicache_storage_backend_extra_config)
+    assert extra["class_name"] == "LifeboatHiCacheStorage" and extra["interface_v1"] is True
+
+    monkeypatch.setattr(sys, "argv", ["/venv/site-packages/sglang/launch_server.py", "--model-path", "/m",
+                                      "--hicache-storage-backend", "file"])
+    plugins["lifeboatcache"][0]()
+    assert prepare_server_args(sys.argv[1:]).hicache_storage_backend == "file"  # an explicit backend wins
