@@ -83,3 +83,16 @@ def test_apply_refuses_on_this_cpu_and_keeps_an_explicit_config(tmp_path: Path,
         autoenable.apply(SimpleNamespace(kv_transfer_config=None, model="m"))
     explicit = SimpleNamespace(kv_transfer_config={"kv_connector": "X"}, model="m")
     assert autoenable.apply(explicit) is False and explicit.kv_transfer_config == {"kv_connector": "X"}
+
+
+def test_lmcache_mode_replaces_the_native_adapters_config_only(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    native = {"kv_connector": "OffloadingConnector",
+              "kv_connector_extra_config": {"spec_module_path": "lifeboatcache_vllm.spec"}}
+    assert autoenable.set_by_native_mode(native)
+    assert autoenable.set_by_native_mode(SimpleNamespace(**native))
+    assert not autoenable.set_by_native_mode({"kv_connector": "LMCacheMPConnector", "kv_connector_extra_config": {}})
+    monkeypatch.setenv("LIFEBOAT_CACHE_CONFIG", str(lmcache_mode_config(tmp_path, "lmcache")))
+    monkeypatch.setattr(server, "device_kind", lambda: "cpu")
+    with pytest.raises(server.LMCacheModeUnavailable):  # not kept: LMCache mode takes over, and refuses here
+        autoenable.apply(SimpleNamespace(kv_transfer_config=native, model="m"))

@@ -33,6 +33,18 @@ def lmcache_mode_selected() -> bool:
         return False  # the vLLM adapter reports a broken config
 
 
+def set_by_native_mode(kv_transfer_config: Any) -> bool:
+    """Whether a ``kv_transfer_config`` is the one lifeboatcache's vLLM adapter fills in native mode.
+
+    Both plugins wrap the same vLLM method and vLLM runs plugins in no fixed order, so in
+    LMCache mode that one is replaced, while a user's own config is always kept.
+    """
+    extra = getattr(kv_transfer_config, "kv_connector_extra_config", None)
+    if extra is None and isinstance(kv_transfer_config, dict):
+        extra = kv_transfer_config.get("kv_connector_extra_config")
+    return isinstance(extra, dict) and str(extra.get("spec_module_path", "")).startswith("lifeboatcache_vllm.")
+
+
 def apply(engine_args: Any) -> bool:
     """Fill ``engine_args.kv_transfer_config`` with LMCache's MP connector; return whether we did."""
     from lifeboatcache_lmcache.server import (
@@ -43,7 +55,7 @@ def apply(engine_args: Any) -> bool:
         server_command,
     )
 
-    if engine_args.kv_transfer_config is not None:
+    if engine_args.kv_transfer_config is not None and not set_by_native_mode(engine_args.kv_transfer_config):
         log.warning("lifeboatcache: LIFEBOAT_CACHE=1 but an explicit --kv-transfer-config is set; using it "
                     "unchanged (lifeboatcache stays out)")
         return False
