@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from lifeboatcache.storage_demo import run_demo
 
@@ -20,6 +19,7 @@ def register(app: typer.Typer) -> None:
         """Plain vLLM vs lifeboatcache on agent sessions (SmolLM2 on CPU), then a restart served from the tier."""
         if storage_only:
             raise typer.Exit(run_demo())
+        from lifeboatcache.grid.console import wide_console
         from lifeboatcache.grid.demo import run_engine_demo
 
-        raise typer.Exit(run_engine_demo(out, Console()))
+        raise typer.Exit(run_engine_demo(out, wide_console()))

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from lifeboatcache.grid.configs import CONFIGS, EngineSettings
+from lifeboatcache.grid.console import wide_console
 from lifeboatcache.grid.driver import GridPlan, run_grid
 from lifeboatcache.grid.plots import write_plots
 from lifeboatcache.grid.setup import BUNDLED_TRACES, detect_device, resolve_model, sessions_per_agent_count
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         --configs vllm,vllm-native-cpu,vllm-fs,lifeboatcache --dram-gb 8,32 --agents 8,32
         --scale 0.25 --max-model-len 32768
         """
-        console = Console()
+        console = wide_console()
         names = [c.strip() for c in configs.split(",") if c.strip()]
         unknown = [c for c in names if c not in CONFIGS]
         if unknown:

@@ -67,6 +67,12 @@ def run_engine_demo(out: Path, console: Console) -> int:
     if lifeboat is not None:
         returning = restart_and_return(settings, Path(lifeboat.tier_dir), _returning_turn(sessions), token_map,
                                        console)
+        plain = next((r for r in results if r.config == "vllm" and r.summary), None)
+        if plain is not None:
+            last_round = plain.summary["ttft_mean_s_per_round"].get(ROUNDS - 1)
+            if last_round is not None:
+                console.print(f"for comparison, plain vLLM's mean TTFT in round {ROUNDS} of the grid: "
+                              f"{last_round:.3f} s (evicted prefixes recomputed)")
         lifeboat.extra["after_restart"] = returning
         save_results(plan, results)
     plots = write_plots(results, out / "plots")
