@@ -19,7 +19,7 @@ import xxhash
 from lifeboatcache_core.errors import InvalidKeyError
 
 MAX_DIGEST_BYTES = 64
-_NAMESPACE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_NAMESPACE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # fullmatch: "$" would accept a trailing newline
 
 
 class _KeyFields(NamedTuple):
@@ -61,13 +61,18 @@ class BlockKey(_KeyFields):
         return f"BlockKey({self.namespace!r}, {self.hex[:16]}…)"
 
 
+def valid_namespace(namespace: object) -> bool:
+    """Whether ``namespace`` is safe as a directory name (the rule ``check_key`` enforces)."""
+    return isinstance(namespace, str) and namespace not in (".", "..") and bool(_NAMESPACE_ID.fullmatch(namespace))
+
+
 def check_key(key: BlockKey, digest_bytes: int | None = None) -> None:
     """Raise ``InvalidKeyError`` unless ``key`` is safe to use as a path and of the right size.
 
     The namespace becomes a directory name and the digest a file name, so both are checked
     here, once, instead of in every backend.
     """
-    if not isinstance(key.namespace, str) or not _NAMESPACE_ID.match(key.namespace):
+    if not isinstance(key.namespace, str) or not _NAMESPACE_ID.fullmatch(key.namespace):
         raise InvalidKeyError(
             f"namespace {key.namespace!r} must be 1-64 characters of [A-Za-z0-9_.-]"
         )

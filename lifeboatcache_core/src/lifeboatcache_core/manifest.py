@@ -120,7 +120,7 @@ class Manifest:
         except SQLAlchemyError as exc:
             raise ManifestError(f"manifest {_safe(self.url)} cannot be read: {_first_line(exc)}") from exc
         if rows and not isinstance(rows[0][1], bytes):  # drivers that hand out memoryview
-            return [(ns, bytes(d), n) for ns, d, n in rows]
+            return [(ns, bytes(d) if isinstance(d, memoryview) else d, n) for ns, d, n in rows]
         return rows  # type: ignore[return-value]
 
     def count(self) -> int:

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from lifeboatcache_core.errors import CorruptBlockError
-from lifeboatcache_core.keys import BlockKey
-from lifeboatcache_core.manifest import ManifestError
+from lifeboatcache_core.keys import MAX_DIGEST_BYTES, BlockKey, valid_namespace
+from lifeboatcache_core.manifest import ManifestError, Row
 
 if TYPE_CHECKING:
     from lifeboatcache_core.tier import Tier
@@ -43,6 +43,20 @@ class RecoveryProgress:
         return asdict(self)
 
 
+def usable_rows(rows: list[Row]) -> list[tuple[BlockKey, int]]:
+    """Index entries from manifest rows that name a valid key and size.
+
+    A manifest is input, not truth: a damaged or hostile database (a shared PostgreSQL, a
+    copied SQLite file) must not index a namespace like ``../x`` (a path outside the tier,
+    which eviction would delete) or a size that breaks the accounting. Namespaces are few, so
+    they are checked once each; the per-row checks are type and length tests.
+    """
+    good_ns = {ns for ns in {row[0] for row in rows} if valid_namespace(ns)}
+    return [(BlockKey.trusted(ns, d), size) for ns, d, size in rows
+            if ns in good_ns and type(d) is bytes and 0 < len(d) <= MAX_DIGEST_BYTES
+            and type(size) is int and size >= 0]
+
+
 def recover(tier: Tier) -> RecoveryProgress:
     """Fill ``tier.index`` from its manifest and its backend; return what was found."""
     progress = tier.recovery
@@ -59,9 +73,15 @@ def recover(tier: Tier) -> RecoveryProgress:
             log.warning("tier %s: %s; rebuilding it from the block files", tier.name, exc)
             tier.reset_manifest()
     if rows:
+        rejected = 0
         for start in range(0, len(rows), _BATCH):
-            tier.add_to_index([(BlockKey.trusted(ns, d), size) for ns, d, size in rows[start:start + _BATCH]])
-        progress.manifest_rows = len(rows)
+            usable = usable_rows(rows[start:start + _BATCH])
+            rejected += min(_BATCH, len(rows) - start) - len(usable)
+            tier.add_to_index(usable)
+        progress.manifest_rows = len(rows) - rejected
+        if rejected:
+            log.warning("tier %s: %d manifest rows name no valid block (bad namespace, digest or size): ignored",
+                        tier.name, rejected)
         log.info("tier %s: %d blocks indexed from the manifest in %.2fs",
                  tier.name, len(rows), time.monotonic() - started)
 
