@@ -92,6 +92,8 @@ def redacted_config(config: LifeboatConfig) -> dict[str, Any]:
     data = config.model_dump(mode="json")
     if data["dashboard"].get("token"):
         data["dashboard"]["token"] = REDACTED
+    for tier in data["tiers"]:  # keyed-integrity secrets stay on the server, like the token
+        tier["integrity_keys"] = [REDACTED] * len(tier.get("integrity_keys") or [])
     return data
 
 
@@ -102,6 +104,11 @@ def parse_config(data: Any, running: LifeboatConfig) -> tuple[LifeboatConfig | N
     dashboard = data.get("dashboard")
     if isinstance(dashboard, dict) and dashboard.get("token") == REDACTED:
         dashboard["token"] = running.dashboard.token  # the page round-trips the redacted value
+    running_keys = {t.label: t.integrity_keys for t in running.tiers}
+    for tier in data.get("tiers") or []:
+        if isinstance(tier, dict) and REDACTED in (tier.get("integrity_keys") or []):
+            label = tier.get("name") or tier.get("backend")
+            tier["integrity_keys"] = running_keys.get(label, [])
     try:
         return LifeboatConfig.model_validate(data), []
     except ValidationError as exc:
