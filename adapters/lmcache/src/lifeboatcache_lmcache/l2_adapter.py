@@ -141,8 +141,8 @@ class LifeboatL2Adapter(L2AdapterInterface):
             ns = Namespace(
                 engine="lmcache", model=key.model_name, weights_fingerprint=self._fingerprint,
                 kv_format=KV_FORMAT, layout=layout, rank=key.kv_rank, world_size=0, platform="host",
-                extra={"object_group": key.object_group_id, "cache_salt": key.cache_salt},
-            )
+                extra={"object_group": key.object_group_id},
+            ).for_tenant(key.cache_salt)  # the salt's digest, never the salt, is stored beside the blocks
             ns_id = self.cache.register_namespace(ns)
             with self._lock:
                 self._namespaces[ident] = ns_id
