@@ -78,6 +78,8 @@ class TierConfig(BaseModel):
     #: accepted keys, newest first (used for writes); empty: read from ``integrity_keys_env``
     integrity_keys: list[str] = Field(default_factory=list, repr=False)
     integrity_keys_env: str = "LIFEBOATCACHE_INTEGRITY_KEYS"
+    #: keyed tiers: the algorithm of new tags (reads accept both); "blake3" needs ``pip install blake3``
+    integrity_algorithm: Literal["hmac-sha256", "blake3"] = "hmac-sha256"
 
     _backend_options: PluginConfig | None = PrivateAttr(default=None)
     _codec_options: PluginConfig | None = PrivateAttr(default=None)
@@ -98,7 +100,8 @@ class TierConfig(BaseModel):
         """The block signer of a keyed tier (keys from config, else the environment); None for xxh3."""
         if self.integrity != "keyed":
             return None
-        return signer_from_keys(self.integrity_keys, self.integrity_keys_env, f"tier {self.label!r}")
+        return signer_from_keys(self.integrity_keys, self.integrity_keys_env, f"tier {self.label!r}",
+                                self.integrity_algorithm)
 
     @property
     def label(self) -> str:
