@@ -157,3 +157,25 @@ def test_default_blocks_keep_their_format(tmp_path: Path) -> None:
     header_len = FIXED.unpack_from(raw, 0)[2]
     assert sorted(json.loads(raw[FIXED_LEN:header_len])) == sorted(
         ["namespace", "key", "codec", "codec_params", "raw_len", "dtype", "shape", "axes", "created_at", "tag"])
+
+
+def test_blake3_tags_verify_and_a_tier_reads_both_algorithms(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    hmac_ks, blake_ks = keys(2), keys(2, start=50)
+    hmac_data, blake_data = blobs(2, 4096), blobs(2, 4096)
+    with open_cache(tmp_path / "a", keyed_tier(shared, KEY_NEW)) as cache:
+        assert all(cache.put(hmac_ks, hmac_data))
+    with open_cache(tmp_path / "b", {**keyed_tier(shared, KEY_NEW), "integrity_algorithm": "blake3"}) as cache:
+        assert cache.wait_ready(30)
+        assert all(cache.put(blake_ks, blake_data))
+        assert cache.all_tiers[0].backend.read_header(blake_ks[0])[0].mac.startswith("blake3:")
+        out = [bytearray(4096) for _ in range(4)]
+        assert cache.get([*hmac_ks, *blake_ks], out) == [True] * 4
+        assert [bytes(o) for o in out] == [*hmac_data, *blake_data]
+    meta = BlockMeta.new(blake_ks[0], 4096)
+    meta.mac = BlockSigner([KEY_NEW], "blake3").sign(meta, [blake_data[0]])
+    BlockSigner([KEY_NEW]).verify(meta, [blake_data[0]])  # an hmac-writing tier accepts blake3 tags
+    with pytest.raises(TamperedBlockError, match="does not match"):
+        BlockSigner([KEY_NEW]).verify(meta, [blake_data[1]])
+    with pytest.raises(TamperedBlockError, match="not among the accepted keys"):
+        BlockSigner([KEY_OLD], "blake3").verify(meta, [blake_data[0]])
