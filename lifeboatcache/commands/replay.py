@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 from pathlib import Path
 
 import aiohttp
@@ -13,7 +12,7 @@ from rich.console import Console
 
 from lifeboatcache.replay.client import Endpoint, discover_model
 from lifeboatcache.replay.console import replay_with_progress
-from lifeboatcache.replay.report import failure_lines, summarize, summary_table
+from lifeboatcache.replay.report import failure_lines, json_safe, summarize, summary_table
 from lifeboatcache.replay.runner import ReplayOptions
 from lifeboatcache.replay.sources import SourceChoice, fits_context, load_sessions, token_map_for_scale
 from lifeboatcache.replay.synthetic import SyntheticSpec
@@ -22,14 +21,6 @@ from lifeboatcache.replay.synthetic import SyntheticSpec
 async def _discover(base_url: str) -> tuple[str, int | None]:
     async with aiohttp.ClientSession() as http:
         return await discover_model(http, base_url)
-
-
-def _json_safe(value: object) -> object:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    return value
 
 
 def register(app: typer.Typer) -> None:
@@ -77,10 +68,10 @@ def register(app: typer.Typer) -> None:
         result = replay_with_progress(picked, endpoint, options, console, label=f"{kind} x{agents}")
         summary = summarize(result)
         if json_out:
-            json_out.write_text(json.dumps({"summary": _json_safe(summary),
+            json_out.write_text(json.dumps({"summary": json_safe(summary),
                                             "records": [r.to_dict() for r in result.records]}, indent=1))
         if as_json:
-            typer.echo(json.dumps(_json_safe(summary), indent=1))
+            typer.echo(json.dumps(json_safe(summary), indent=1))
         else:
             console.print(summary_table({url: summary}))
         for line in failure_lines(summary):

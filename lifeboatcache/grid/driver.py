@@ -4,7 +4,6 @@ caches and tiers, the same sessions replayed, one summary; results saved as the 
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from lifeboatcache.grid.configs import EngineSettings, server_spec
 from lifeboatcache.grid.server import VllmServer
 from lifeboatcache.replay.client import Endpoint
 from lifeboatcache.replay.console import replay_with_progress
-from lifeboatcache.replay.report import summarize
+from lifeboatcache.replay.report import json_safe, summarize
 from lifeboatcache.replay.runner import ReplayOptions
 from lifeboatcache.replay.sessions import Session
 
@@ -48,17 +47,7 @@ class CellResult:
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {k: _json_safe(v) for k, v in self.__dict__.items()}
-
-
-def _json_safe(value: object) -> object:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
+        return {k: json_safe(v) for k, v in self.__dict__.items()}
 
 
 def cell_dir(out_dir: Path, config: str, dram_gb: float | None, agents: int) -> Path:
@@ -111,5 +100,5 @@ def save_results(plan: GridPlan, results: Sequence[CellResult]) -> Path:
                "agents": list(plan.agents), "max_tokens": plan.options.max_tokens,
                "tokens_per_block": plan.options.token_map.tokens_per_block,
                "cells": [r.to_dict() for r in results]}
-    path.write_text(json.dumps(_json_safe(payload), indent=1, default=str))
+    path.write_text(json.dumps(json_safe(payload), indent=1, default=str))
     return path

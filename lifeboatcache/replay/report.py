@@ -58,6 +58,17 @@ def summarize(result: ReplayResult) -> dict:
     }
 
 
+def json_safe(value: object) -> object:
+    """NaN (no successful request) becomes null: JSON has no NaN."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def _seconds(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.3f}"
 

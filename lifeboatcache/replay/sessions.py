@@ -12,6 +12,7 @@ so equal block-id prefixes give equal token prefixes (and equal engine block has
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -98,8 +99,6 @@ def scoped_block_ids(scope: str, ids: list[int] | np.ndarray) -> np.ndarray:
     kv-cache-tester ids are local to one conversation file (every file starts at 1), so two
     files must not share prefixes by accident; sub-agents of one file share its scope.
     """
-    import zlib
-
     arr = np.asarray(ids, dtype=np.uint64)
     if arr.size and int(arr.max()) >= 1 << 32:
         raise ValueError(f"block id {int(arr.max())} in {scope!r} does not fit in 32 bits")

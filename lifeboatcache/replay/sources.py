@@ -10,8 +10,7 @@ from lifeboatcache.replay.kvtrace import iter_kvtrace_sessions
 from lifeboatcache.replay.lmcache_jsonl import load_lmcache_sessions
 from lifeboatcache.replay.sessions import Session, TokenMap
 from lifeboatcache.replay.synthetic import SyntheticSpec, generate_sessions
-
-TRACE_BLOCK_TOKENS = 64
+from lifeboatcache.traces import BLOCK_TOKENS
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ def token_map_for_scale(scale: float, seed: int = 0) -> TokenMap:
     """
     if not 0 < scale <= 1:
         raise ValueError(f"--scale must be in (0, 1], got {scale}")
-    return TokenMap(tokens_per_block=max(1, round(TRACE_BLOCK_TOKENS * scale)), seed=seed)
+    return TokenMap(tokens_per_block=max(1, round(BLOCK_TOKENS * scale)), seed=seed)
 
 
 def longest_prompt_tokens(session: Session, token_map: TokenMap) -> int:

@@ -15,8 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from lifeboatcache.replay.sessions import Session, Turn, scoped_block_ids
-
-BLOCK_TOKENS = 64
+from lifeboatcache.traces import BLOCK_TOKENS
 
 
 class SyntheticSpec(BaseModel):
