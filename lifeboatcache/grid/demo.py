@@ -64,10 +64,12 @@ def run_engine_demo(out: Path, console: Console) -> int:
     (out / "grid.md").write_text(markdown_table(results))
     failed = [r for r in results if not r.summary]
     lifeboat = next((r for r in results if r.config == "lifeboatcache" and r.summary), None)
+    plain = next((r for r in results if r.config == "vllm" and r.summary), None)
+    if lifeboat is not None and plain is not None:
+        console.print(verdict(plain.summary, lifeboat.summary))
     if lifeboat is not None:
         returning = restart_and_return(settings, Path(lifeboat.tier_dir), _returning_turn(sessions), token_map,
                                        console)
-        plain = next((r for r in results if r.config == "vllm" and r.summary), None)
         if plain is not None:
             last_round = plain.summary["ttft_mean_s_per_round"].get(ROUNDS - 1)
             if last_round is not None:
@@ -79,6 +81,17 @@ def run_engine_demo(out: Path, console: Console) -> int:
     console.print(f"results: {out / 'grid.json'}, {out / 'grid.md'}")
     console.print(f"plots: {', '.join(str(p) for p in plots)}")
     return 1 if failed or lifeboat is None else 0
+
+
+def verdict(plain: dict, lifeboat: dict) -> str:
+    """One line: is lifeboatcache ahead on mean TTFT, and was the work identical?"""
+    same_work = (plain["requests"], plain["output_tokens"]) == (lifeboat["requests"], lifeboat["output_tokens"])
+    work = (f"identical work: {plain['requests']} requests, {plain['output_tokens']} output tokens each"
+            if same_work else "[red]UNEQUAL work: compare with care[/]")
+    ratio = plain["ttft_mean_s"] / lifeboat["ttft_mean_s"] if lifeboat["ttft_mean_s"] else math.nan
+    ahead = "[green]lifeboatcache ahead[/]" if ratio > 1 else "[yellow]lifeboatcache NOT ahead[/]"
+    return (f"{ahead}: mean TTFT {lifeboat['ttft_mean_s']:.3f} s vs {plain['ttft_mean_s']:.3f} s plain vLLM "
+            f"({ratio:.2f}x); {work}")
 
 
 def restart_and_return(settings: EngineSettings, tier_dir: Path, session: Session, token_map, console: Console

@@ -85,3 +85,13 @@ def test_a_server_that_cannot_start_fails_its_cell_only(tmp_path: Path) -> None:
     assert len(results) == 2
     assert all("exited with status 3" in (r.error or "") and "no GPU" in r.error for r in results)
     assert "failed: ServerFailed" in markdown_table(results)
+
+
+def test_demo_verdict_names_the_ratio_and_checks_equal_work() -> None:
+    from lifeboatcache.grid.demo import verdict
+
+    plain = {"requests": 24, "output_tokens": 384, "ttft_mean_s": 3.0}
+    assert verdict(plain, {**plain, "ttft_mean_s": 2.0}).startswith("[green]lifeboatcache ahead[/]")
+    assert "(1.50x); identical work: 24 requests, 384 output tokens" in verdict(plain, {**plain, "ttft_mean_s": 2.0})
+    slower = verdict(plain, {**plain, "ttft_mean_s": 4.0, "output_tokens": 380})
+    assert "NOT ahead" in slower and "UNEQUAL work" in slower
