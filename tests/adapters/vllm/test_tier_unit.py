@@ -234,3 +234,42 @@ def test_autoenable_fills_kv_transfer_config_unless_given(tmp_path: Path, monkey
     config_file.write_text('[[tiers]]\nbackend = "nvmee"\ncapacity_gb = 1\n[engine]\non_error = "fail"\n')
     with pytest.raises(RuntimeError, match="refusing to start"):
         autoenable.apply(SimpleNamespace(kv_transfer_config=None))
+
+
+def _offloading_config(extra: dict[str, Any], model: str) -> Any:
+    from vllm.v1.kv_offload.config import (
+        OffloadingCacheConfig,
+        OffloadingConfig,
+        OffloadingGroupConfig,
+        OffloadingModelConfig,
+        OffloadingParallelConfig,
+    )
+
+    return OffloadingConfig(
+        groups=(OffloadingGroupConfig(32, ("l0", "l1"), 0),), worker_kv_bytes_per_block=LAYERS * PAGE,
+        enable_kv_cache_events=False, extra_config=extra, engine_id="unit",
+        model=OffloadingModelConfig(model, "bfloat16"),
+        cache=OffloadingCacheConfig(32, 1),
+        parallel=OffloadingParallelConfig(0, 1, 1, 1, 1, 1, 0, 1, None, False),
+    )
+
+
+def test_spec_defaults_chunk_cpu_tier_and_fingerprints_weights(tmp_path: Path) -> None:
+    from lifeboatcache_vllm.spec import LifeboatOffloadingSpec
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"weights-v1" * 1000)
+    spec = LifeboatOffloadingSpec(_offloading_config({"lifeboatcache": {"tiers": [
+        {"backend": "file", "capacity_gb": 1, "path": str(tmp_path / "t")}], "engine": {"native_cpu_gb": 0.25}}},
+        str(model)))
+    assert spec.blocks_per_chunk == 8 and spec.extra_config["cpu_bytes_to_use"] == 2**28
+    assert spec.lifeboat_namespace.block_tokens == 256 and spec.lifeboat_namespace.platform
+    given = {"cpu_bytes_to_use": 2**27, "blocks_per_chunk": 1}
+    explicit = LifeboatOffloadingSpec(_offloading_config(given, str(model)))
+    assert explicit.blocks_per_chunk == 1 and explicit.extra_config["cpu_bytes_to_use"] == 2**27
+    (model / "model.safetensors").write_bytes(b"weights-v2" * 1000)  # a new checkpoint under the same name
+    swapped = LifeboatOffloadingSpec(_offloading_config({"cpu_bytes_to_use": 2**27}, str(model)))
+    assert swapped.lifeboat_namespace.id != spec.lifeboat_namespace.id
+    assert swapped.lifeboat_namespace.weights_fingerprint != spec.lifeboat_namespace.weights_fingerprint

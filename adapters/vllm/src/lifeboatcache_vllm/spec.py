@@ -8,6 +8,8 @@ Over ``TieringOffloadingSpec`` it
   every KV group has one block size that divides 256 (fewer, larger files: vLLM's default of
   one engine block per chunk means thousands of small files), else one engine block;
   an explicit ``block_size``/``blocks_per_chunk`` in the extra config always wins;
+- sizes vLLM's CPU tier from ``engine.native_cpu_gb`` when ``cpu_bytes_to_use`` is not given
+  (default: a quarter of RAM, at most 16 GiB);
 - computes the namespace fingerprint once (``lifeboat_namespace``) for ``LifeboatTier``;
 - returns :class:`~lifeboatcache_vllm.worker.CpuOffloadingWorker` on vLLM's CPU platform,
   where the stock spec refuses to offload.
@@ -29,7 +31,7 @@ from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
 from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 
 from lifeboatcache_vllm.fingerprint import namespace_for
-from lifeboatcache_vllm.settings import AUTO_CHUNK_TOKENS, EXTRA_KEY, resolve_config
+from lifeboatcache_vllm.settings import AUTO_CHUNK_TOKENS, EXTRA_KEY, cpu_bytes, resolve_config
 
 log = logging.getLogger("lifeboatcache.vllm")
 
@@ -71,8 +73,11 @@ class LifeboatOffloadingSpec(TieringOffloadingSpec):
 
     def __init__(self, config: OffloadingConfig) -> None:
         extra = config.extra_config
+        settings = _engine_settings(extra)
+        if not extra.get("cpu_bytes_to_use"):  # vLLM requires it; ours has a default
+            config = dataclasses.replace(config, extra_config={**extra, "cpu_bytes_to_use": cpu_bytes(settings)})
         if extra.get("block_size") is None and extra.get("blocks_per_chunk") is None:
-            blocks = chunk_blocks(config, _engine_settings(extra).native_block_tokens)
+            blocks = chunk_blocks(config, settings.native_block_tokens)
             config = dataclasses.replace(config, cache=dataclasses.replace(config.cache, blocks_per_chunk=blocks))
         super().__init__(config)
         self.lifeboat_namespace: Namespace = namespace_for(
