@@ -12,7 +12,10 @@ interleaved agents. A request looks up its longest stored prefix, reads those bl
 checks every byte: a wrong byte is an error), then stores the blocks it missed. A finished
 conversation is replaced by the next trace file; after the last file the traces start over
 with fresh block ids (an "epoch"), so the mix stays stationary for as long as the soak runs.
-Each block's payload is its id repeated, so verification needs no stored copy.
+Each block's payload is its id repeated, so verification needs no stored copy. Trace blocks
+are 64 tokens; ``--chunk-blocks`` (4: the vLLM adapter's 256-token chunks) groups them into the
+blocks actually stored, keyed by the last id of each group (the ids form a hash chain, so the
+last one names the whole prefix); a partial tail chunk is not stored, as in vLLM.
 
 Pass criteria (``checks`` in the JSON): after the warm-up intervals, RSS grows < 5 %, every
 interval's hit rate is within ±3 points of their mean, and there are zero errors.
@@ -37,7 +40,7 @@ from lifeboatcache_core.chunkfile import TRAILER_LEN, BlockMeta, build_header
 from lifeboatcache_core.config import load_config_dict
 from lifeboatcache_core.keys import BlockKey
 
-from lifeboatcache.traces import CONVERSATION_SHIFT, Conversation, TraceRequest, load_traces
+from lifeboatcache.traces import BLOCK_TOKENS, CONVERSATION_SHIFT, Conversation, TraceRequest, load_traces
 
 NAMESPACE = "soakbench"
 DEFAULT_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "kv-cache-tester"
@@ -100,8 +103,9 @@ class Workload:
         self.next_conversation += 1
         return n % len(self.requests), n // len(self.requests), 0
 
-    def next_blocks(self) -> np.ndarray:
-        """Block ids (unique across conversations and epochs) of the next request, in prompt order."""
+    def next_blocks(self, chunk: int = 1) -> np.ndarray:
+        """Block ids (unique across conversations and epochs) of the next request, in prompt order,
+        one per full ``chunk`` of trace blocks."""
         slot = int(self.rng.integers(len(self.live)))
         conv, epoch, ri = self.live[slot]
         request = self.requests[conv][ri]
@@ -110,11 +114,11 @@ class Workload:
         else:
             self.live[slot] = self._start()
         base = (np.int64(epoch) << np.int64(_EPOCH_SHIFT)) | (np.int64(conv) << np.int64(CONVERSATION_SHIFT))
-        return request.hash_ids + base
+        return request.hash_ids[chunk - 1::chunk] + base
 
 
-def working_set_blocks(conversations: list[Conversation]) -> int:
-    ids = [r.hash_ids + (np.int64(ci) << np.int64(CONVERSATION_SHIFT))
+def working_set_blocks(conversations: list[Conversation], chunk: int = 1) -> int:
+    ids = [r.hash_ids[chunk - 1::chunk] + (np.int64(ci) << np.int64(CONVERSATION_SHIFT))
            for ci, c in enumerate(conversations) for s in c.streams for r in s.requests]
     return len(np.unique(np.concatenate(ids))) if ids else 0
 
@@ -141,11 +145,13 @@ def _tier_errors(cache: TieredCache) -> int:
 
 def run(minutes: float, *, traces: Path, limit: int | None, block_bytes: int, capacity_fraction: float,
         concurrency: int, interval_s: float, warmup_intervals: int | None, path: Path | None,
-        seed: int = 0) -> dict[str, Any]:
+        chunk_blocks: int = 4, seed: int = 0) -> dict[str, Any]:
     if block_bytes % 8:
         raise typer.BadParameter("--block-bytes must be a multiple of 8")
     conversations = load_traces(traces, limit)
-    working_set = working_set_blocks(conversations)
+    if chunk_blocks < 1:
+        raise typer.BadParameter("--chunk-blocks must be at least 1")
+    working_set = working_set_blocks(conversations, chunk_blocks)
     capacity_blocks = max(1, int(working_set * capacity_fraction))
     capacity_gb = capacity_blocks * stored_block_bytes(block_bytes) / 1024**3
     workload = Workload(conversations, concurrency, seed)
@@ -165,7 +171,7 @@ def run(minutes: float, *, traces: Path, limit: int | None, block_bytes: int, ca
                 errors_before = _tier_errors(cache)
                 end = min(deadline, time.monotonic() + interval_s)
                 while time.monotonic() < end:
-                    _replay_one(cache, workload.next_blocks(), block_bytes, current)
+                    _replay_one(cache, workload.next_blocks(chunk_blocks), block_bytes, current)
                 current.errors += _tier_errors(cache) - errors_before
                 intervals.append(current.report(len(intervals), rss_bytes(), tier.stats.evictions - evictions_before))
             stored_blocks, stored_bytes = len(tier.index), tier.used
@@ -182,6 +188,7 @@ def run(minutes: float, *, traces: Path, limit: int | None, block_bytes: int, ca
         "stored_blocks_at_end": stored_blocks,
         "stored_bytes_at_end": stored_bytes,
         "block_bytes": block_bytes,
+        "chunk_tokens": chunk_blocks * BLOCK_TOKENS,
         "concurrency": concurrency,
         "epochs_started": workload.next_conversation // max(1, len(workload.requests)),
         "intervals": intervals,
@@ -248,7 +255,8 @@ def register(app: typer.Typer) -> None:
         minutes: float = typer.Option(30.0, "--minutes", help="How long to run."),
         traces: Path = typer.Option(DEFAULT_TRACES, "--traces", help="kv-cache-tester trace directory."),
         limit: int | None = typer.Option(None, "--limit", help="Use only the first N trace files."),
-        block_bytes: int = typer.Option(4096, "--block-bytes", help="Payload bytes per 64-token block."),
+        block_bytes: int = typer.Option(4096, "--block-bytes", help="Payload bytes per stored block."),
+        chunk_blocks: int = typer.Option(4, "--chunk-blocks", help="64-token trace blocks per stored block."),
         capacity_fraction: float = typer.Option(0.05, "--capacity-fraction",
                                                 help="Tier capacity as a fraction of the working set."),
         concurrency: int = typer.Option(16, "--concurrency", help="Conversations live at once."),
@@ -262,7 +270,7 @@ def register(app: typer.Typer) -> None:
         """Replay the real traces against a small file tier for N minutes: hit rate, RSS, p99, errors."""
         result = run(minutes, traces=traces, limit=limit, block_bytes=block_bytes,
                      capacity_fraction=capacity_fraction, concurrency=concurrency, interval_s=interval_s,
-                     warmup_intervals=warmup, path=path, seed=seed)
+                     warmup_intervals=warmup, path=path, chunk_blocks=chunk_blocks, seed=seed)
         text = json.dumps(result, indent=1)
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
