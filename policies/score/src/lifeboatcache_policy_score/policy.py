@@ -28,7 +28,7 @@ from pydantic import Field
 
 
 class ScoreConfig(PluginConfig):
-    reuse_weight: float = Field(4.0, ge=0.0, description="bonus per read, in mean reuse gaps")
+    reuse_weight: float = Field(0.5, ge=0.0, description="bonus per read, in mean reuse gaps")
     max_hits: int = Field(8, ge=0, description="reads beyond this count earn no more bonus")
     depth_weight: float = Field(2.0, ge=0.0, description="clock ticks a block loses per prefix depth")
     gap_smoothing: float = Field(0.01, gt=0.0, le=1.0, description="EWMA weight of a new reuse gap")
