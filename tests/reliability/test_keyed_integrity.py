@@ -179,3 +179,47 @@ def test_blake3_tags_verify_and_a_tier_reads_both_algorithms(tmp_path: Path) -> 
         BlockSigner([KEY_NEW]).verify(meta, [blake_data[1]])
     with pytest.raises(TamperedBlockError, match="not among the accepted keys"):
         BlockSigner([KEY_OLD], "blake3").verify(meta, [blake_data[0]])
+
+
+@pytest.fixture(scope="module")
+def moto_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from tests.backends.backend_servers import MotoServer
+
+    server = MotoServer(tmp_path_factory.mktemp("moto"))
+    yield server
+    server.stop()
+
+
+def test_a_bucket_writer_without_the_key_cannot_plant_kv_in_s3(tmp_path: Path, moto_server,  # type: ignore[no-untyped-def]
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The threat keyed mode exists for: write access to the shared bucket, no key."""
+    import boto3
+    from lifeboatcache_core.chunkfile import encode_block
+
+    from tests.backends.conftest import AWS_TEST_ENV
+
+    for name, value in AWS_TEST_ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    s3 = boto3.client("s3", endpoint_url=moto_server.endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket="shared-kv")
+    tier = {"name": "s3", "backend": "s3", "capacity_gb": 1, "url": "s3://shared-kv/kv",
+            "endpoint_url": moto_server.endpoint, "region": "us-east-1", "manifest": False,
+            "integrity": "keyed", "integrity_keys": [KEY_NEW]}
+    ks, data = keys(2), blobs(2, 4096)
+    with open_cache(tmp_path, tier) as cache:
+        assert all(cache.put(ks, data))
+        name = cache.all_tiers[0].backend.object_name(ks[1])
+    forged = b"".join(bytes(p) for p in encode_block(BlockMeta.new(ks[1], 4096), [b"\x66" * 4096]))
+    s3.put_object(Bucket="shared-kv", Key=name, Body=forged)  # a perfectly valid xxh3 block
+    unkeyed = {k: v for k, v in tier.items() if not k.startswith("integrity")}
+    with open_cache(tmp_path, unkeyed) as cache:  # the threat: without a key, the forgery is served
+        out = [bytearray(4096)]
+        assert cache.get(ks[1:], out) == [True] and bytes(out[0]) == b"\x66" * 4096
+    with open_cache(tmp_path, tier) as cache:
+        out = [bytearray(4096), bytearray(4096)]
+        assert cache.get(ks, out) == [True, False]
+        assert bytes(out[0]) == data[0]
+        assert cache.stats()["s3"]["tampered_blocks"] == 1
