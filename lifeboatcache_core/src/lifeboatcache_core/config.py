@@ -72,6 +72,10 @@ class TierConfig(BaseModel):
     probe_seconds: float = Field(default=30.0, gt=0)
     manifest: bool = True
     manifest_url: str | None = None
+    #: other processes write this tier too (SGLang MLA ranks, several engines on one NFS export):
+    #: a key missing from this process's index is looked up on the backend (one stat) before it
+    #: counts as a miss, and adopted into the index when found
+    shared: bool = False
     #: "keyed" signs every block (HMAC-SHA256) so writers without the key cannot plant KV in a
     #: shared tier (lifeboatcache_core.integrity); "xxh3" detects damage only
     integrity: Literal["xxh3", "keyed"] = "xxh3"

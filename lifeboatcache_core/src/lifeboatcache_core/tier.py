@@ -221,15 +221,15 @@ class Tier:
         self._drop(victims)
 
     def may_have(self, key: BlockKey) -> bool:
-        return self.up and (key in self.index or not self.index_complete)
+        return self.up and (key in self.index or not self.index_complete or self.cfg.shared)
 
     def has(self, key: BlockKey) -> bool:
-        """Index lookup, or a backend check while the index is still loading."""
+        """Index lookup, or a backend check while the index is still loading (or the tier is shared)."""
         if not self.up:
             return False
         if key in self.index:
             return True
-        if self.index_complete or self.backend is None:
+        if (self.index_complete and not self.cfg.shared) or self.backend is None:
             return False
         try:
             return self.backend.exists(key)
@@ -375,7 +375,7 @@ class Tier:
         if not self.up or backend is None:
             return None
         stored = self.index.get(key)
-        if stored is None and self.index_complete:
+        if stored is None and self.index_complete and not self.cfg.shared:
             return None
         try:
             meta, payload = backend.read(key, dest if self._identity else None)
