@@ -25,6 +25,7 @@ from lifeboatcache.replay.report import summarize
 from lifeboatcache.replay.runner import ReplayOptions, replay
 from lifeboatcache.replay.sessions import Session
 from lifeboatcache.replay.sources import SourceChoice, token_map_for_scale
+from lifeboatcache.replay.synthetic import SyntheticSpec
 
 AGENTS = 4
 ROUNDS = 6
@@ -34,6 +35,9 @@ MAX_MODEL_LEN = 2048
 BLOCK_SIZE = 128
 DEVICE_KV_BLOCKS = 20  # 2,560 tokens of device KV for four sessions of up to 2,048: KV pressure
 DRAM_GB = 0.25
+#: without the real traces: sessions as large as the traced ones after SCALE (~700-token first
+#: prompts growing 100 tokens a turn), so four of them still overflow the device KV
+DEMO_SYNTHETIC = SyntheticSpec(first_user_tokens=30_000, growth_tokens=6_400)
 
 
 def _returning_turn(sessions: list[Session]) -> Session:
@@ -49,7 +53,7 @@ def run_engine_demo(out: Path, console: Console) -> int:
                               max_model_len=MAX_MODEL_LEN, block_size=BLOCK_SIZE, device_kv_blocks=DEVICE_KV_BLOCKS)
     token_map = token_map_for_scale(SCALE)
     choice = SourceChoice("kvtrace" if BUNDLED_TRACES.is_dir() else "synthetic",
-                          BUNDLED_TRACES if BUNDLED_TRACES.is_dir() else None, AGENTS, ROUNDS)
+                          BUNDLED_TRACES if BUNDLED_TRACES.is_dir() else None, AGENTS, ROUNDS, DEMO_SYNTHETIC)
     sessions_for, _ = sessions_per_agent_count(choice, [AGENTS], token_map, MAX_MODEL_LEN, MAX_TOKENS)
     sessions = sessions_for[AGENTS]
     console.print(f"sessions ({choice.kind}): {', '.join(s.session_id for s in sessions)}; {AGENTS} agents x "
