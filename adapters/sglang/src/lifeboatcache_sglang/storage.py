@@ -71,6 +71,7 @@ class LifeboatHiCacheStorage(HiCacheStorage):
             self.settings = SGLangStorageSettings.from_extra_config(extra)
             self.cache = open_cache(self.settings)
             self._set_namespace()
+            self._check_replicated_reads()
         except Exception as exc:
             if on_error_of(extra) == "fail":
                 raise RuntimeError(
@@ -90,6 +91,16 @@ class LifeboatHiCacheStorage(HiCacheStorage):
         log.info("lifeboatcache: SGLang rank %d/%d uses namespace %s (model %s, layout %s, dtype %s)",
                  self.storage_config.tp_rank, self.storage_config.tp_size, self.namespace_id,
                  ns.model or "?", ns.layout or "?", ns.dtype or "?")
+
+    def _check_replicated_reads(self) -> None:
+        """MLA pages are written by one rank and read by all: the readers must see its writes."""
+        cfg = self.storage_config
+        assert self.cache is not None
+        if cfg.is_mla_model and cfg.tp_size > 1 and not any(t.shared for t in self.cache.config.tiers):
+            log.warning("lifeboatcache: MLA model with TP %d: one rank stores the pages, and no tier is "
+                        "`shared = true`, so the other ranks only find pages stored before they started "
+                        "(SGLang then counts a miss for all ranks); set shared = true on the persistent tiers",
+                        cfg.tp_size)
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         """The host pool decides the page bytes (dtype, layout, geometry): key by them."""

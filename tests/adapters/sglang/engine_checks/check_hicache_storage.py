@@ -207,6 +207,29 @@ def test_ranks_are_separate_for_mha_and_shared_for_mla(config_file: Path, make_s
     assert late.cache.wait_ready(30) and late.batch_exists(keys) == 2
 
 
+def test_mla_readers_see_the_writer_on_a_shared_tier(tmp_path: Path, make_storage_config: Any,
+                                                     make_host_pool: Any, backends: list[Any],
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Every MLA rank is its own process with its own index: `shared = true` makes rank 0's later
+    writes visible to rank 1 (SGLang MIN-reduces hits over ranks, so this decides any hit)."""
+    with caplog.at_level(logging.WARNING, logger="lifeboatcache.sglang"):
+        create(make_storage_config(dynamic_extra_config(lifeboat_config=str(write_config(tmp_path / "a"))),
+                                   tp_rank=1, tp_size=2, mla=True)).close()
+    assert any("no tier is `shared = true`" in r.getMessage() for r in caplog.records)
+    extra = dynamic_extra_config(lifeboat_config=str(write_config(tmp_path, extra_tier="shared = true")))
+    writer, reader = (create(make_storage_config(extra, tp_rank=r, tp_size=2, mla=True), make_host_pool("page_first"))
+                      for r in (0, 1))
+    backends += [writer, reader]
+    reader.cache.wait_ready(30)
+    keys = page_hashes(3, "shared-mla")
+    src = fill_pages(writer.mem_pool_host, PAGE, 3, seed=9)
+    assert writer.batch_set_v1(keys, src) == [True] * 3
+    assert reader.batch_exists(keys) == 3
+    dst = torch.arange(10 * PAGE, 13 * PAGE)
+    assert reader.batch_get_v1(keys, dst) == [True] * 3
+    assert page_bytes(reader.mem_pool_host, dst, 3) == page_bytes(writer.mem_pool_host, src, 3)
+
+
 def test_another_layout_or_model_does_not_see_the_pages(config_file: Path, make_storage_config: Any,
                                                         make_host_pool: Any, backends: list[Any]) -> None:
     extra = dynamic_extra_config(lifeboat_config=str(config_file))

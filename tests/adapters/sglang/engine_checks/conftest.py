@@ -17,6 +17,7 @@ LAYERS, HEADS, HEAD_DIM, PAGE, DEVICE_TOKENS = 2, 2, 8, 4, 64
 
 def write_config(tmp_path: Path, *, extra_tier: str = "") -> Path:
     """A lifeboatcache config with one file tier under ``tmp_path`` (no DRAM tier: reads hit disk)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "lifeboat.toml"
     path.write_text(
         f'[[tiers]]\nname = "nvme"\nbackend = "file"\npath = "{tmp_path / "tier"}"\ncapacity_gb = 1\n'
