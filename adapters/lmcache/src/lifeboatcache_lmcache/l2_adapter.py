@@ -120,6 +120,9 @@ class LifeboatL2Adapter(L2AdapterInterface):
             self.cache = TieredCache(load_lifeboat_config(self.params.lifeboat_config))
             self._fingerprint = weights_fingerprint(self.params.model_path or "")
         except Exception as exc:
+            if self.cache is not None:
+                self.cache.close()
+                self.cache = None
             if on_error_of(raw) == "fail":
                 self._close_fds()
                 raise RuntimeError(

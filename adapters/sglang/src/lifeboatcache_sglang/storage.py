@@ -73,6 +73,8 @@ class LifeboatHiCacheStorage(HiCacheStorage):
             self._set_namespace()
             self._check_replicated_reads()
         except Exception as exc:
+            if self.cache is not None:
+                self.cache.close()
             if on_error_of(extra) == "fail":
                 raise RuntimeError(
                     f"lifeboatcache: cannot start the SGLang storage backend: {exc}. "
