@@ -26,6 +26,8 @@ import pytest
 from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.config import load_config_dict
 from lifeboatcache_core.plugins import register_plugin
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.backends.backend_faultproxy import FaultProxy
 from tests.backends.backend_servers import MotoServer
@@ -46,6 +48,15 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
             return True
         time.sleep(0.1)
     return predicate()
+
+
+def scraped(tier: str, sample: str) -> float | None:
+    """One sample of this process's Prometheus scrape (what an operator's dashboard sees)."""
+    for family in text_string_to_metric_families(generate_latest().decode()):
+        for s in family.samples:
+            if s.name == f"lifeboatcache_{sample}" and s.labels.get("tier") == tier:
+                return s.value
+    return None
 
 
 def tier_health(cache: TieredCache, name: str) -> dict[str, Any]:
@@ -73,6 +84,8 @@ class Fault:
     restarted cache), ``observed`` says whether health/metrics show the fault, ``clear`` ends it."""
 
     tier = "nvme"
+    #: the scraped sample that shows this fault and a test of its value (None: health only)
+    metric: tuple[str, Callable[[float], bool]] | None = None
 
     def __init__(self, tmp_path: Path, request: pytest.FixtureRequest) -> None:
         self.tmp = tmp_path
@@ -108,6 +121,8 @@ class Fault:
 class DiskFull(Fault):
     """A real small filesystem (tmpfs) filled up by someone else."""
 
+    metric = ("evictions_total", lambda v: v >= 1)
+
     def tier_config(self) -> dict[str, Any]:
         self.mnt = self.stack.enter_context(tmpfs(self.tmp / "small", "4m"))
         return {**super().tier_config(), "path": str(self.mnt), "manifest_url": f"sqlite:///{self.tmp / 'm.sqlite'}"}
@@ -130,6 +145,8 @@ class DiskFull(Fault):
 class EIO(Fault):
     """A dying disk: every call of the wrapper backend fails with EIO."""
 
+    metric = ("errors_total", lambda v: v >= FAST["unhealthy_after"])
+
     def tier_config(self) -> dict[str, Any]:
         register_plugin(FaultPlugin(), "fault-injection")
         return {**super().tier_config(), "backend": FAULTY}
@@ -148,6 +165,8 @@ class EIO(Fault):
 class ShortReads(Fault):
     """Block files cut short on disk (a torn copy, a filesystem that lost its tail)."""
 
+    metric = ("corrupt_blocks_total", lambda v: v >= 1)
+
     def inject(self, cache: TieredCache) -> None:
         for path in (self.tmp / "tier").rglob("*.lbk"):
             size = path.stat().st_size
@@ -162,6 +181,8 @@ class ShortReads(Fault):
 
 class ReadOnlyRemount(Fault):
     """``mount -o remount,ro`` under a running tier (what the kernel does after a disk error)."""
+
+    metric = ("tier_up", lambda v: v == 0)
 
     def tier_config(self) -> dict[str, Any]:
         self.mnt = self.stack.enter_context(tmpfs(self.tmp / "ro", "16m"))
@@ -181,6 +202,8 @@ class ReadOnlyRemount(Fault):
 class DirectoryDeleted(Fault):
     """``rm -r`` of the tier's directory (manifest included) under a running cache."""
 
+    metric = ("misses_total", lambda v: v >= 1)
+
     def inject(self, cache: TieredCache) -> None:
         shutil.rmtree(self.tmp / "tier")
 
@@ -194,6 +217,8 @@ class DirectoryDeleted(Fault):
 
 class S3Fault(Fault):
     """S3 answering 5xx, cutting connections or not answering, through a proxy in front of moto."""
+
+    metric = ("tier_up", lambda v: v == 0)
 
     tier = "s3"
     mode = "http500"
@@ -267,6 +292,8 @@ class ManifestLocked(Fault):
 class ManifestCorrupt(Fault):
     """The manifest database is garbage at restart: it is set aside and the files rebuild the index."""
 
+    metric = ("recovery_added_from_files", lambda v: v == WARM)
+
     def inject(self, cache: TieredCache) -> TieredCache:
         cache.close()
         manifest = self.tmp / "tier" / "manifest.sqlite"
@@ -313,6 +340,8 @@ def warm_data() -> list[bytes]:
 
 class SecondWriter(Fault):
     """Another process writes the same keys into the same directory (and evicts, with a small capacity)."""
+
+    metric = ("corrupt_blocks_total", lambda v: v == 0)
 
     def inject(self, cache: TieredCache) -> None:
         repo = Path(__file__).resolve().parents[2]
@@ -374,6 +403,10 @@ def test_fault(fault_cls: type[Fault], tmp_path: Path, request: pytest.FixtureRe
             assert wait_for(lambda: fault.observed(cache)), (
                 f"health/metrics do not show {fault_cls.__name__}: {tier_health(cache, fault.tier)} "
                 f"{cache.stats()[fault.tier]}")
+            if fault.metric is not None:
+                name, ok = fault.metric
+                value = scraped(fault.tier, name)
+                assert value is not None and ok(value), f"lifeboatcache_{name}{{tier={fault.tier!r}}} = {value}"
             fault.clear(cache)
             fresh, fresh_data = keys(4, start=1000), blobs(4, BLOCK)
             assert wait_for(lambda: tier_health(cache, fault.tier)["up"] and all(cache.put(fresh, fresh_data))), (
