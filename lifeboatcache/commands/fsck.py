@@ -6,6 +6,7 @@ import json
 
 import typer
 from lifeboatcache_core.fsck import fsck
+from lifeboatcache_core.integrity import ENV_KEYS, signer_from_keys
 from rich.console import Console
 from rich.table import Table
 
@@ -17,11 +18,14 @@ def register(app: typer.Typer) -> None:
         fix: bool = typer.Option(False, "--fix", help="Quarantine damaged blocks and repair the manifest."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         tier: str | None = typer.Option(None, "--tier", help="Tier name in the manifest (if several)."),
+        keyed: bool = typer.Option(False, "--keyed", help=f"The tier is keyed: also verify every block's tag with "
+                                   f"the keys in ${ENV_KEYS} (never on the command line, where ps shows them)."),
     ) -> None:
         """Verify every block of a file tier against its hash and its manifest. Exit 1 if problems remain."""
         try:
-            report = fsck(path, fix=fix, tier=tier)
-        except (FileNotFoundError, NotADirectoryError) as exc:
+            signer = signer_from_keys([], ENV_KEYS, "fsck --keyed") if keyed else None
+            report = fsck(path, fix=fix, tier=tier, signer=signer)
+        except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
             typer.echo(f"fsck: {exc}", err=True)
             raise typer.Exit(2) from None
         if as_json:

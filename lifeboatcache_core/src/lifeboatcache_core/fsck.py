@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from lifeboatcache_core.builtin.file import MANIFEST_NAME, PARTIAL, FileBackend, FileConfig
 from lifeboatcache_core.errors import CorruptBlockError
+from lifeboatcache_core.integrity import BlockSigner
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.manifest import Manifest, blocks, sqlite_url
 
@@ -65,8 +66,13 @@ def _tier_name(manifest_path: Path) -> str | None:
     return names[0] if len(names) == 1 else None
 
 
-def fsck(path: str | os.PathLike[str], *, fix: bool = False, tier: str | None = None) -> FsckReport:
-    """Check the file tier at ``path``; with ``fix`` repair what can be repaired."""
+def fsck(path: str | os.PathLike[str], *, fix: bool = False, tier: str | None = None,
+         signer: BlockSigner | None = None) -> FsckReport:
+    """Check the file tier at ``path``; with ``fix`` repair what can be repaired.
+
+    ``signer``: the tier is keyed (``integrity = "keyed"``): a block whose tag does not verify
+    counts as corrupt (a block planted without the key is intact by its hash alone).
+    """
     root = Path(path)
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory")
@@ -91,7 +97,9 @@ def fsck(path: str | os.PathLike[str], *, fix: bool = False, tier: str | None = 
     for key in [k for _ns, _entry, k in backend.walk() if k is not None]:
         on_disk.add(key)
         try:
-            meta, _payload = backend.read(key)
+            meta, payload = backend.read(key)
+            if signer is not None:
+                signer.verify(meta, (payload,))
         except CorruptBlockError as exc:
             if exc.reason.startswith(_FOREIGN):
                 report.foreign += 1
