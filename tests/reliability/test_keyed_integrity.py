@@ -13,7 +13,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from lifeboatcache_core.builtin.file import FileBackend
+from lifeboatcache_core.builtin.file import FileBackend, FileConfig
 from lifeboatcache_core.chunkfile import FIXED, FIXED_LEN, BlockMeta, build_header
 from lifeboatcache_core.errors import ConfigError
 from lifeboatcache_core.integrity import ENV_KEYS, BlockSigner, TamperedBlockError
@@ -223,3 +223,29 @@ def test_a_bucket_writer_without_the_key_cannot_plant_kv_in_s3(tmp_path: Path, m
         assert cache.get(ks, out) == [True, False]
         assert bytes(out[0]) == data[0]
         assert cache.stats()["s3"]["tampered_blocks"] == 1
+
+
+def test_fsck_keyed_counts_a_planted_block_that_plain_fsck_calls_ok(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    shared = tmp_path / "shared"
+    ks, data = keys(3), blobs(3, 4096)
+    with open_cache(tmp_path, keyed_tier(shared, KEY_NEW)) as cache:
+        assert all(cache.put(ks, data))
+    FileBackend(FileConfig(path=shared), tier="evil").put(ks[2], [b"\x66" * 4096], BlockMeta.new(ks[2], 4096))
+
+    def fsck(*args: str, keys_env: str | None = None) -> tuple[int, dict]:
+        env = {k: v for k, v in os.environ.items() if k != ENV_KEYS}
+        if keys_env is not None:
+            env[ENV_KEYS] = keys_env
+        proc = subprocess.run([sys.executable, "-m", "lifeboatcache", "fsck", str(shared), "--json", *args],
+                              capture_output=True, text=True, env=env, timeout=120)
+        return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {"stderr": proc.stderr}
+
+    rc, plain = fsck()
+    assert rc == 0 and plain["ok"] == 3, plain
+    rc, keyed = fsck("--keyed", keys_env=KEY_NEW)
+    assert rc == 1 and keyed["ok"] == 2 and keyed["corrupt"] == 1, keyed
+    assert fsck("--keyed")[0] == 2, "--keyed without keys is refused, naming the variable"
