@@ -243,6 +243,9 @@ def checks(intervals: list[dict[str, Any]], warmup_intervals: int | None = None)
     rss = [i["rss_mb"] for i in steady]
     out["hit_rate_mean_pct"] = round(float(rates.mean()), 2)
     out["hit_rate_max_deviation_points"] = round(float(np.abs(rates - rates.mean()).max()), 2)
+    # a slide (LMCache's disk tier: 91 % -> 47 %) is a trend, not noise: points per 10 intervals
+    out["hit_rate_trend_points_per_10_intervals"] = (
+        round(float(np.polyfit(np.arange(len(rates)), rates, 1)[0]) * 10, 2) if len(rates) > 1 else 0.0)
     out["rss_growth_pct"] = round((rss[-1] - rss[0]) / rss[0] * 100, 2)
     out["passed"] = (errors == 0 and out["rss_growth_pct"] < RSS_GROWTH_LIMIT_PCT
                      and out["hit_rate_max_deviation_points"] <= HIT_RATE_BAND_POINTS)

@@ -46,6 +46,8 @@ def test_checks_pass_a_steady_run_and_fail_drift_growth_and_errors() -> None:
     sliding = [_interval(0.5, 100)] + [_interval(0.91 - 0.04 * i, 200) for i in range(10)]
     assert not checks(sliding)["passed"]
     assert checks(sliding)["hit_rate_max_deviation_points"] > 3
+    assert checks(sliding)["hit_rate_trend_points_per_10_intervals"] < -30
+    assert abs(checks(steady)["hit_rate_trend_points_per_10_intervals"]) < 3
     leaking = [_interval(0.5, 100)] + [_interval(0.8, 200 + 2 * i) for i in range(10)]
     assert checks(leaking)["rss_growth_pct"] > 5 and not checks(leaking)["passed"]
     broken = [*steady[:-1], _interval(0.8, 201, errors=1)]
