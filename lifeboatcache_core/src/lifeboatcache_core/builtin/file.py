@@ -18,7 +18,6 @@ import errno
 import json
 import mmap
 import os
-import re
 import secrets
 import socket
 import threading
@@ -45,7 +44,7 @@ from lifeboatcache_core.chunkfile import (
     payload_digest,
 )
 from lifeboatcache_core.errors import CorruptBlockError, TierUnavailableError
-from lifeboatcache_core.keys import MAX_DIGEST_BYTES, BlockKey
+from lifeboatcache_core.keys import MAX_DIGEST_BYTES, BlockKey, valid_namespace
 from lifeboatcache_core.manifest import sqlite_url
 
 SUFFIX = ".lbk"
@@ -53,7 +52,6 @@ MANIFEST_NAME = "manifest.sqlite"
 PARTIAL = ".partial"
 HEAD_READ = 4096
 GB = 1024**3
-_NAMESPACE_DIR = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _HOST = xxhash.xxh32_hexdigest(socket.gethostname().encode())
 
 
@@ -299,7 +297,7 @@ class FileBackend(Backend):
     def walk(self) -> Iterator[tuple[str, os.DirEntry[str], BlockKey | None]]:
         """Walk the shard folders once: (namespace, entry, key or None for a non-block file)."""
         for ns in _subdirs(self._root):
-            if ns.name.startswith(".") or not _NAMESPACE_DIR.match(ns.name):
+            if ns.name.startswith(".") or not valid_namespace(ns.name):
                 continue
             namespace = ns.name
             for a in _subdirs(ns.path):
