@@ -329,3 +329,17 @@ def test_atheris_block_parser_run(tmp_path: Path) -> None:
 def test_fixed_header_layout_is_what_the_fuzzers_assume() -> None:
     assert FIXED_LEN == 24 and TRAILER_LEN == 28
     assert struct.unpack_from("<4s", valid_block())[0] == MAGIC
+
+
+@SLOW_FUZZ
+@given(names=st.lists(hostile_names.filter(lambda n: n and "/" not in n and "\0" not in n and n not in (".", "..")),
+                      min_size=1, max_size=4))
+def test_listing_a_tier_yields_only_valid_keys(tmp_path: Path, names: list[str]) -> None:
+    """Directories someone else created in a shared tier never become keys with unsafe namespaces."""
+    root = Path(tempfile.mkdtemp(dir=tmp_path))
+    for name in names:
+        shard = root / name / "01" / "01"
+        shard.mkdir(parents=True, exist_ok=True)
+        (shard / f"{'01' * 8}.lbk").write_bytes(b"junk")
+    for key in FileBackend(FileConfig(path=root), tier="fuzz").list_keys():
+        check_key(key)
