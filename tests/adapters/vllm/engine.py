@@ -24,12 +24,13 @@ ANSWER_TOKENS = 8
 CHUNK_TOKENS = 256  # engine.native_block_tokens = "auto"
 
 
-def run_engine(plan: dict[str, Any], log: Path, timeout: float = 900.0) -> dict[str, Any]:
+def run_engine(plan: dict[str, Any], log: Path, timeout: float = 900.0,
+               env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``plan`` with ``python -m lifeboatcache_vllm.offline`` in a new process; its result."""
     with open(log, "w") as out:
         proc = subprocess.run([sys.executable, "-m", "lifeboatcache_vllm.offline"], input=json.dumps(plan),
-                              text=True, stdout=subprocess.PIPE, stderr=out, cwd=REPO, env=engine_env(),
-                              timeout=timeout, check=False)
+                              text=True, stdout=subprocess.PIPE, stderr=out, cwd=REPO,
+                              env={**engine_env(), **(env or {})}, timeout=timeout, check=False)
     with open(log, "a") as out:  # vLLM logs to stdout
         out.write(proc.stdout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]

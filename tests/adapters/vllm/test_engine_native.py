@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from lifeboatcache.models import smollm2_hf_dir
 from tests.adapters.vllm.engine import (
@@ -69,7 +70,14 @@ def multi_turn(sessions: dict[str, Any], tier_dir: Path, workdir: Path) -> dict[
 
 @pytest.fixture(scope="module")
 def restarted(multi_turn: dict[str, Any], sessions: dict[str, Any], tier_dir: Path, workdir: Path) -> dict[str, Any]:
-    return run_engine(_plan(sessions, tier_dir, _returning(sessions)), workdir / "restart.log")
+    """A fresh ``LLM(...)`` configured only by ``LIFEBOAT_CACHE=1`` and ``LIFEBOAT_CACHE_CONFIG``."""
+    config = workdir / "lifeboat.yaml"
+    config.write_text(yaml.safe_dump(tier_config(tier_dir)))
+    plan = {**sessions["base"], "connector": "env", "steps": _returning(sessions)}
+    env = {"LIFEBOAT_CACHE": "1", "LIFEBOAT_CACHE_CONFIG": str(config)}
+    result = run_engine(plan, workdir / "restart.log", env=env)
+    assert "lifeboatcache: enabled below vLLM's CPU tier" in (workdir / "restart.log").read_text()
+    return result
 
 
 def test_multi_turn_outputs_identical_and_returning_sessions_hit(multi_turn: dict[str, Any],
@@ -83,7 +91,8 @@ def test_multi_turn_outputs_identical_and_returning_sessions_hit(multi_turn: dic
     assert nvme["hits"] > 0, nvme  # vLLM's CPU tier holds 4 chunks: the rest came from ours
 
 
-def test_fresh_engine_serves_returning_sessions_from_tier(restarted: dict[str, Any], sessions: dict[str, Any]) -> None:
+def test_fresh_engine_by_env_serves_returning_sessions_from_tier(restarted: dict[str, Any],
+                                                                 sessions: dict[str, Any]) -> None:
     (turn2,) = restarted["steps"]
     assert turn2["tokens"] == sessions["answers2"]
     full = [full_chunk_tokens(p) for p in sessions["second"]]
