@@ -29,7 +29,7 @@ from lifeboatcache.replay.synthetic import SyntheticSpec
 
 AGENTS = 4
 ROUNDS = 6
-MAX_TOKENS = 16
+MAX_TOKENS = 8  # short answers: TTFT, not decode, is what a KV tier changes
 SCALE = 1 / 64  # one token per 64-token trace block: first prompts of a few hundred tokens
 MAX_MODEL_LEN = 2048
 BLOCK_SIZE = 128
