@@ -101,8 +101,8 @@ def server_spec(config: str, settings: EngineSettings, dram_gb: float, tier_dir:
         args += ["--max-num-seqs", str(settings.max_num_seqs)]
     if settings.device == "cpu":
         args.append("--enforce-eager")  # torch.compile costs ~95 s at start and does not help on CPU
-        env.update({"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
-                    "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})  # engine in-process: starts in seconds
+        # both cores for the engine; the device-KV size comes from --num-gpu-blocks-override when given
+        env.update({"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "1"})
     transfer = kv_transfer_config(config, settings, dram_gb, tier_dir)
     if transfer is not None:
         args += ["--kv-transfer-config", json.dumps(transfer)]
