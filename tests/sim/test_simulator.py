@@ -18,8 +18,9 @@ from lifeboatcache.sim.workload import Workload, load_workload
 
 def workload(prompts: list[list[int]]) -> Workload:
     distinct = {b for p in prompts for b in p}
-    return Workload(prompts, [64 * len(p) + 10 for p in prompts], [f"s{i}" for i in range(len(prompts))],
-                    64, len(distinct))
+    return Workload(blocks=prompts, input_tokens=[64 * len(p) + 10 for p in prompts],
+                    streams=[f"s{i}" for i in range(len(prompts))], times=[10.0 * i for i in range(len(prompts))],
+                    block_tokens=64, working_set=len(distinct))
 
 
 def test_hits_are_leading_runs_split_between_gpu_and_tier() -> None:
@@ -28,7 +29,7 @@ def test_hits_are_leading_runs_split_between_gpu_and_tier() -> None:
     gpu = gpu_prefix_hits(wl, 2)
     assert gpu == [0, 0, 0, 0]  # 2 blocks never hold a whole leading run here: LRU evicted 1
     result = simulate(wl, gpu, make_policy("lru"), capacity_blocks=3)
-    # request 2: tier has [2,3,4]? no: 1 was evicted by 4 -> miss at the first block
+    # request 1 hits [1,2,3] in the tier; storing 4 evicts 1, so request 3 misses at its first block
     assert result.tokens_from_engine == 0
     assert result.tokens_total == sum(wl.input_tokens)
     assert result.tokens_from_tiers == 64 * 3  # only request 1 hits [1,2,3]
