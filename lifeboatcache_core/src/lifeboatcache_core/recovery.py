@@ -1,6 +1,7 @@
 """Restart recovery: rebuild a tier's in-memory index, serving all the while (DESIGN §5-6).
 
-1. Load the manifest (one query) into the index: the tier now answers from memory.
+1. Load the manifest (one query) into the index: the tier now answers from memory, and the
+   index counts as complete.
 2. Reconcile with what is really stored, by name only: blocks the manifest does not know
    (written behind its back, or the manifest is gone/corrupt) are verified by header and
    added; rows whose file is gone are dropped. Files are the truth.
@@ -33,6 +34,7 @@ class RecoveryProgress:
 
     phase: str = "pending"  # pending | manifest | listing | headers | done | failed
     manifest_rows: int = 0
+    manifest_s: float = 0.0  # open -> every manifest row indexed (the index is usable from here)
     listed: int = 0
     added_from_files: int = 0
     missing_files: int = 0
@@ -82,8 +84,13 @@ def recover(tier: Tier) -> RecoveryProgress:
         if rejected:
             log.warning("tier %s: %d manifest rows name no valid block (bad namespace, digest or size): ignored",
                         tier.name, rejected)
-        log.info("tier %s: %d blocks indexed from the manifest in %.2fs",
-                 tier.name, len(rows), time.monotonic() - started)
+        progress.manifest_s = time.monotonic() - started
+        # The manifest is the index: serve from memory now and reconcile in the background. Until
+        # reconciliation ends, a block written behind the manifest's back is a miss (a recompute),
+        # a row whose file is gone a miss that drops the row; never wrong bytes.
+        tier.mark_index_complete()
+        log.info("tier %s: %d blocks indexed from the manifest in %.2fs; reconciling with the files",
+                 tier.name, progress.manifest_rows, progress.manifest_s)
 
     progress.phase = "listing"
     seen: set[BlockKey] = set()

@@ -151,11 +151,16 @@ class Tier:
             return
         finally:
             self.index_loading = False
-        self.index_complete = True
-        self._evict_over_capacity()
+        self.mark_index_complete()
         log.info("tier %s: index complete, %d blocks, %d bytes in %.2fs (%d from the manifest, %d from files, "
                  "%d rows without a file)", self.name, len(self.index), self.used, progress.seconds,
                  progress.manifest_rows, progress.added_from_files, progress.missing_files)
+
+    def mark_index_complete(self) -> None:
+        """From now on an index miss is a miss (no direct backend read); enforce the capacity."""
+        if not self.index_complete:
+            self.index_complete = True
+            self._evict_over_capacity()
 
     def add_to_index(self, items: list[tuple[BlockKey, int]]) -> None:
         """Index blocks known to be stored (recovery); keys already indexed are kept as they are."""
