@@ -39,7 +39,7 @@ from pydantic import Field
 
 class EpiCacheConfig(PluginConfig):
     patience: float = Field(2.0, gt=0.0, description="an episode is cold after this many of its usual gaps")
-    gap_smoothing: float = Field(0.3, gt=0.0, le=1.0, description="EWMA weight of a new visit gap (log scale)")
+    gap_smoothing: float = Field(0.1, gt=0.0, le=1.0, description="EWMA weight of a new visit gap (log scale)")
     warm_order: Literal["farthest", "lru"] = Field(
         "farthest", description="among warm episodes evict the one expected back last, or the least recent")
 
