@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 from lifeboatcache_core.cache import TieredCache
+from lifeboatcache_core.dashboard_hook import start_dashboard
 from lifeboatcache_core.fingerprint import weights_fingerprint
 from lifeboatcache_core.keys import BlockKey, Namespace
 from lmcache.lmcache_native import Bitmap
@@ -119,6 +120,7 @@ class LifeboatL2Adapter(L2AdapterInterface):
             self.params = L2AdapterParams.parse(raw)
             self.cache = TieredCache(load_lifeboat_config(self.params.lifeboat_config))
             self._fingerprint = weights_fingerprint(self.params.model_path or "")
+            start_dashboard(self.cache)  # the node's page and /metrics on 127.0.0.1:9400; never raises
         except Exception as exc:
             if self.cache is not None:
                 self.cache.close()

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.config import ENV_CONFIG, EngineConfig, LifeboatConfig, format_validation_error, load_config
+from lifeboatcache_core.dashboard_hook import start_dashboard
 from lifeboatcache_core.errors import ConfigError
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -97,4 +98,6 @@ def on_error_of(extra: dict[str, Any] | None) -> OnError:
 
 
 def open_cache(settings: SGLangStorageSettings) -> TieredCache:
-    return TieredCache(load_lifeboat_config(settings))
+    cache = TieredCache(load_lifeboat_config(settings))
+    start_dashboard(cache)  # the node's page and /metrics on 127.0.0.1:9400; never raises
+    return cache

@@ -27,6 +27,7 @@ from lifeboatcache_core.abc import BlockHint, KVLayout
 from lifeboatcache_core.cache import JobResult as CacheJobResult
 from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.config import LifeboatConfig
+from lifeboatcache_core.dashboard_hook import start_dashboard
 from lifeboatcache_core.keys import BlockKey, Namespace
 from vllm.v1.kv_offload.base import (
     Locality,
@@ -113,6 +114,7 @@ class LifeboatTier(SecondaryTierManager):
             raise
         log.info("lifeboatcache tier ready: namespace %s, tiers %s, %d-byte chunks",
                  self.namespace.id, [t.name for t in cache.tiers], self._payload_bytes)
+        start_dashboard(cache)  # the node's page and /metrics on 127.0.0.1:9400; never raises
         return cache
 
     def _give_up(self, exc: Exception, on_error: str) -> None:
