@@ -214,6 +214,17 @@ class EvictionPolicy(ABC):
 # ----------------------------------------------------------------------------- adapters
 
 
+def release_tuple(version: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of an engine's version string: ``"0.32.0+cpu"`` → ``(0, 32, 0)``.
+
+    Local and pre-release suffixes are ignored: adapters compare releases, and engines ship
+    builds such as ``+cpu`` or ``rc1`` that a strict parser would reject.
+    """
+    parts = [int("".join(ch for ch in piece if ch.isdigit()) or 0) for piece in version.split("+")[0].split(".")[:3]]
+    parts += [0] * (3 - len(parts))
+    return parts[0], parts[1], parts[2]
+
+
 class EngineAdapter(ABC):
     """Connects one inference engine to a TieredCache.
 

@@ -5,16 +5,12 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, ClassVar
 
-from lifeboatcache_core.abc import EngineAdapter
+from lifeboatcache_core.abc import EngineAdapter, release_tuple
 from lifeboatcache_core.errors import PluginLoadError
 
 from lifeboatcache_lmcache.settings import ADAPTER_CLASS, ADAPTER_MODULE, l2_adapter_json
 
 MIN_VERSION = (0, 5, 6)
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int("".join(c for c in part if c.isdigit()) or 0) for part in text.split(".")[:3])
 
 
 class LMCacheAdapter(EngineAdapter):
@@ -34,7 +30,7 @@ class LMCacheAdapter(EngineAdapter):
                 "LMCache is not installed; install it with: pip install 'lifeboatcache-lmcache[engine]' "
                 f"({cls.engine_requirement})"
             ) from None
-        if _version_tuple(found) < MIN_VERSION:
+        if release_tuple(found) < MIN_VERSION:
             raise PluginLoadError(
                 f"LMCache {found} is too old for lifeboatcache (needs {cls.engine_requirement}: the multiprocess "
                 "server's plugin L2 adapters); upgrade with: pip install -U 'lmcache>=0.5.6'"

