@@ -10,12 +10,12 @@ adapter, and points ``LMCacheMPConnector`` at it. An explicit ``--kv-transfer-co
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from typing import Any
 
 from lifeboatcache_core.config import ENV_CONFIG
+from lifeboatcache_core.patching import run_before
 
 from lifeboatcache_lmcache.settings import enabled_by_env, load_lifeboat_config
 
@@ -78,14 +78,4 @@ def load() -> None:
         return
     from vllm.engine.arg_utils import EngineArgs
 
-    original = EngineArgs.create_engine_config
-    if getattr(original, _MARK, False):
-        return
-
-    @functools.wraps(original)
-    def create_engine_config(self: Any, *args: Any, **kwargs: Any) -> Any:
-        apply(self)
-        return original(self, *args, **kwargs)
-
-    setattr(create_engine_config, _MARK, True)
-    EngineArgs.create_engine_config = create_engine_config  # type: ignore[method-assign]
+    run_before(EngineArgs, "create_engine_config", apply, _MARK)

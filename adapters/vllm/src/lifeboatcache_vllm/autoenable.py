@@ -10,9 +10,10 @@ EngineCore and the workers. An explicit ``--kv-transfer-config`` always wins.
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Any
+
+from lifeboatcache_core.patching import run_before
 
 from lifeboatcache_vllm.settings import (
     EXTRA_KEY,
@@ -94,14 +95,4 @@ def load() -> None:
     ensure_log_handler()
     from vllm.engine.arg_utils import EngineArgs
 
-    original = EngineArgs.create_engine_config
-    if getattr(original, _MARK, False):
-        return
-
-    @functools.wraps(original)
-    def create_engine_config(self: Any, *args: Any, **kwargs: Any) -> Any:
-        apply(self)
-        return original(self, *args, **kwargs)
-
-    setattr(create_engine_config, _MARK, True)
-    EngineArgs.create_engine_config = create_engine_config  # type: ignore[method-assign]
+    run_before(EngineArgs, "create_engine_config", apply, _MARK)
