@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import time
+import signal
+import threading
 from pathlib import Path
 
 import typer
@@ -31,16 +32,19 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         cache = TieredCache(cfg)
         handle = start_dashboard(cache, host, port, token=token)
+        # Stop on Ctrl-C and on SIGTERM, installed explicitly: a SIGINT ignored by the parent (some
+        # launchers and test runners) would otherwise never become a KeyboardInterrupt here.
+        stop = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
         try:
             if not handle.wait_serving(15):
                 typer.echo(f"dashboard could not serve on {handle.host}:{handle.port} "
                            f"({handle.failed or 'port taken, see the log line above'}); choose another --port",
                            err=True)
                 raise typer.Exit(1)
-            while handle.serving.is_set():
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
+            while handle.serving.is_set() and not stop.wait(0.5):
+                pass
         finally:
             handle.stop()
             cache.close()
