@@ -8,7 +8,7 @@ the hooks in :mod:`lifeboatcache_core.hookspecs`. The contract tests in
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -223,6 +223,27 @@ def release_tuple(version: str) -> tuple[int, int, int]:
     parts = [int("".join(ch for ch in piece if ch.isdigit()) or 0) for piece in version.split("+")[0].split(".")[:3]]
     parts += [0] * (3 - len(parts))
     return parts[0], parts[1], parts[2]
+
+
+def require_release(distribution: str, display: str, minimum: tuple[int, ...], requirement: str,
+                    install: str, why: str, lookup: Callable[[str], str] | None = None) -> str:
+    """The installed version of an engine, or ``PluginLoadError`` saying how to get a usable one.
+
+    ``why`` names the engine feature the adapter relies on (what an older release lacks);
+    ``lookup`` defaults to ``importlib.metadata.version``.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    from lifeboatcache_core.errors import PluginLoadError
+
+    try:
+        found = (lookup or version)(distribution)
+    except PackageNotFoundError:
+        raise PluginLoadError(f"{display} is not installed; install it with: {install} ({requirement})") from None
+    if release_tuple(found) < minimum:
+        raise PluginLoadError(f"{display} {found} is too old for lifeboatcache (needs {requirement}: {why}); "
+                              f"upgrade with: pip install -U '{requirement}'")
+    return found
 
 
 class EngineAdapter(ABC):

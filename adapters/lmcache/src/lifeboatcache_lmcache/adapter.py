@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import version
 from typing import Any, ClassVar
 
-from lifeboatcache_core.abc import EngineAdapter, release_tuple
-from lifeboatcache_core.errors import PluginLoadError
+from lifeboatcache_core.abc import EngineAdapter, require_release
 
 from lifeboatcache_lmcache.settings import ADAPTER_CLASS, ADAPTER_MODULE, l2_adapter_json
 
@@ -23,19 +22,9 @@ class LMCacheAdapter(EngineAdapter):
 
     @classmethod
     def check_engine(cls) -> str:
-        try:
-            found = version("lmcache")
-        except PackageNotFoundError:
-            raise PluginLoadError(
-                "LMCache is not installed; install it with: pip install 'lifeboatcache-lmcache[engine]' "
-                f"({cls.engine_requirement})"
-            ) from None
-        if release_tuple(found) < MIN_VERSION:
-            raise PluginLoadError(
-                f"LMCache {found} is too old for lifeboatcache (needs {cls.engine_requirement}: the multiprocess "
-                "server's plugin L2 adapters); upgrade with: pip install -U 'lmcache>=0.5.6'"
-            )
-        return found
+        return require_release("lmcache", "LMCache", MIN_VERSION, cls.engine_requirement,
+                               "pip install 'lifeboatcache-lmcache[engine]'",
+                               "the multiprocess server's plugin L2 adapters", lookup=version)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "class": self.adapter_class, "l2_adapter": l2_adapter_json()}

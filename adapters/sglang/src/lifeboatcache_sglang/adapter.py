@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import version
 from typing import Any, ClassVar
 
-from lifeboatcache_core.abc import EngineAdapter, release_tuple
-from lifeboatcache_core.errors import PluginLoadError
+from lifeboatcache_core.abc import EngineAdapter, require_release
 
 from lifeboatcache_sglang.settings import BACKEND_NAME, STORAGE_CLASS, STORAGE_MODULE, launch_flags
 
@@ -23,19 +22,9 @@ class SGLangAdapter(EngineAdapter):
 
     @classmethod
     def check_engine(cls) -> str:
-        try:
-            found = version("sglang")
-        except PackageNotFoundError:
-            raise PluginLoadError(
-                "SGLang is not installed; install it with: pip install 'lifeboatcache-sglang[engine]' "
-                f"({cls.engine_requirement})"
-            ) from None
-        if release_tuple(found) < MIN_VERSION:
-            raise PluginLoadError(
-                f"SGLang {found} is too old for lifeboatcache (needs {cls.engine_requirement}: the dynamic "
-                "storage backend and the v1 zero-copy calls); upgrade with: pip install -U 'sglang>=0.5.19'"
-            )
-        return found
+        return require_release("sglang", "SGLang", MIN_VERSION, cls.engine_requirement,
+                               "pip install 'lifeboatcache-sglang[engine]'",
+                               "the dynamic storage backend and the v1 zero-copy calls", lookup=version)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "backend_name": BACKEND_NAME, "class": self.storage_class,
