@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,18 @@ def _fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     reset_registry()
     yield
     reset_registry()
+
+
+@pytest.fixture(autouse=True)
+def _sigint_restored() -> Iterator[None]:
+    """Undo a test that leaves SIGINT ignored in this process (an in-process engine did).
+
+    An ignored SIGINT is inherited by every subprocess a later test starts: Python then installs
+    no KeyboardInterrupt handler and libFuzzer treats the signal state as a crash.
+    """
+    yield
+    # unconditionally: a C extension may have ignored it behind Python's back (getsignal can't see that)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
