@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import typer
+from lifeboatcache_core.builtin.file import HEADER_ALIGN
 from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.chunkfile import TRAILER_LEN, BlockMeta, build_header
 from lifeboatcache_core.config import load_config_dict
@@ -126,7 +127,8 @@ def working_set_blocks(conversations: list[Conversation], chunk: int = 1) -> int
 def stored_block_bytes(block_bytes: int) -> int:
     """Bytes one block takes in a file tier: header and meta, payload, trailer."""
     key = BlockKey(NAMESPACE, (2**62).to_bytes(8, "big"))
-    return len(build_header(BlockMeta.new(key, block_bytes), block_bytes)) + block_bytes + TRAILER_LEN
+    header = build_header(BlockMeta.new(key, block_bytes), block_bytes, align=HEADER_ALIGN)
+    return len(header) + block_bytes + TRAILER_LEN
 
 
 def block_keys(ids: np.ndarray) -> list[BlockKey]:

@@ -6,10 +6,12 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from lifeboatcache_core.builtin.dram import DramBackend
 from lifeboatcache_core.builtin.file import FileBackend, FileConfig
 from lifeboatcache_core.builtin.lru import LRUPolicy
 from lifeboatcache_core.builtin.none_codec import NoneCodec
+from lifeboatcache_core.chunkfile import BlockMeta
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.testing import (
     BackendContract,
@@ -83,3 +85,22 @@ def test_file_layout_is_sharded(tmp_path: Path) -> None:
     path = b.path_of(k)
     assert path.startswith(str(tmp_path / "tier" / "ns" / "ab" / "cd"))
     assert path.endswith(k.hex + ".lbk")
+
+
+def test_file_reads_a_known_block_size_in_one_preadv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Open + one preadv + close per block (each system call retakes the GIL); a header of
+    another length than the remembered one falls back to the careful read, bytes intact."""
+    b = file_backend(tmp_path)
+    short, long = BlockKey("ns", bytes(32)), BlockKey("ns", bytes([1]) * 32)
+    data = os.urandom(70_000)
+    b.put(short, [data], BlockMeta.new(short, len(data), tag="a"))
+    b.put(long, [data[::-1]], BlockMeta.new(long, len(data), tag="t" * 300))  # header 320 bytes longer
+    fstats: list[int] = []
+    real_fstat = os.fstat
+    monkeypatch.setattr(os, "fstat", lambda fd: fstats.append(fd) or real_fstat(fd))
+    dest = memoryview(bytearray(len(data)))
+    assert b.read(long, dest)[0].tag == "t" * 300 and bytes(dest) == data[::-1]
+    assert not fstats, "the header length of the last write was not used"
+    assert b.read(short, dest)[0].tag == "a" and bytes(dest) == data
+    assert len(fstats) == 1, "a header of another length must fall back to fstat + header read"
+    assert b.read(short, dest)[0].tag == "a" and len(fstats) == 1  # remembered from that read

@@ -10,6 +10,12 @@ Layout::
 Writes go to a same-directory ``.partial`` then ``os.replace`` (atomic on POSIX), so a
 reader sees a whole block or nothing. Reads go with ``preadv`` straight into the caller's
 buffer; with ``o_direct`` every transfer is 4 KiB aligned through a per-thread scratch map.
+
+Every system call releases and retakes the GIL, and inside an engine whose scheduler loop
+holds it, each retake waits up to the switch interval (5 ms). So a buffered read of a block
+of known size is open + one ``preadv`` (header, payload, trailer) + close: headers are padded
+to ``HEADER_ALIGN`` so the blocks of one stream share a header length, which the backend
+remembers per payload size; a guess that does not fit falls back to fstat + header + body.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ SUFFIX = ".lbk"
 MANIFEST_NAME = "manifest.sqlite"
 PARTIAL = ".partial"
 HEAD_READ = 4096
+HEADER_ALIGN = 64  # buffered writes: meta that differs by a few characters keeps one header length
+_MAX_HEADER_GUESSES = 64
 GB = 1024**3
 _HOST = xxhash.xxh32_hexdigest(socket.gethostname().encode())
 
@@ -99,6 +107,8 @@ class FileBackend(Backend):
         self._fsync = config.durability == "fsync"
         self._direct = config.o_direct and hasattr(os, "O_DIRECT")
         self._reserve = int(config.reserve_free_gb * GB)
+        # payload bytes -> header bytes of the last block seen with that payload size
+        self._header_len: dict[int, int] = {}
 
     # ------------------------------------------------------------------ paths
 
@@ -128,7 +138,8 @@ class FileBackend(Backend):
             header = build_header(meta, payload_len, align=DIRECT_ALIGN)
             flags |= os.O_DIRECT
         else:
-            header = build_header(meta, payload_len)
+            header = build_header(meta, payload_len, align=HEADER_ALIGN)
+            self._remember_header(payload_len, len(header))
         total = len(header) + payload_len + TRAILER_LEN
         if self._direct:
             total = _align_up(total)  # FLAG_ALIGNED: zero-padded to 4 KiB, no ftruncate needed
@@ -211,24 +222,57 @@ class FileBackend(Backend):
             else:
                 raise
         try:
-            size = os.fstat(fd).st_size
             if self._direct:
-                return self._read_direct(fd, size, key, dest)
-            head = os.pread(fd, HEAD_READ, 0)
-            header_len = parse_fixed(head)[0]
-            if header_len > len(head):
-                head = os.pread(fd, header_len, 0)
-            hdr = parse_header(head, size, key)
-            n = hdr.payload_len
-            buf: Buffer = dest if dest is not None and dest.nbytes == n else bytearray(n)
-            trailer = bytearray(TRAILER_LEN)
-            got = os.preadv(fd, [buf, trailer], hdr.header_len)
-            if got != n + TRAILER_LEN:
-                raise CorruptBlockError(f"short read ({got} of {n + TRAILER_LEN} bytes)")
-            check_trailer(trailer, n, (buf,))
-            return hdr.meta, memoryview(buf)
+                return self._read_direct(fd, os.fstat(fd).st_size, key, dest)
+            if dest is not None:
+                guess = self._header_len.get(dest.nbytes)
+                if guess is not None:
+                    found = self._read_guessed(fd, key, dest, guess)
+                    if found is not None:
+                        return found
+            return self._read_buffered(fd, key, dest)
         finally:
             os.close(fd)
+
+    def _read_guessed(self, fd: int, key: BlockKey, dest: memoryview,
+                      header_len: int) -> tuple[BlockMeta, memoryview] | None:
+        """One ``preadv`` for a block whose header length we expect; None when it is not that block."""
+        n = dest.nbytes
+        head = bytearray(header_len)
+        tail = bytearray(TRAILER_LEN + 1)  # one byte more: a longer file is not the block we expect
+        got = os.preadv(fd, [head, dest, tail], 0)
+        if got != header_len + n + TRAILER_LEN:
+            return None
+        try:
+            hdr = parse_header(head, got, key)
+        except CorruptBlockError:
+            return None  # the careful path reads it again and decides
+        if hdr.header_len != header_len or hdr.payload_len != n:
+            return None
+        check_trailer(memoryview(tail)[:TRAILER_LEN], n, (dest,))
+        return hdr.meta, dest
+
+    def _read_buffered(self, fd: int, key: BlockKey, dest: memoryview | None) -> tuple[BlockMeta, memoryview]:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, HEAD_READ, 0)
+        header_len = parse_fixed(head)[0]
+        if header_len > len(head):
+            head = os.pread(fd, header_len, 0)
+        hdr = parse_header(head, size, key)
+        n = hdr.payload_len
+        buf: Buffer = dest if dest is not None and dest.nbytes == n else bytearray(n)
+        trailer = bytearray(TRAILER_LEN)
+        got = os.preadv(fd, [buf, trailer], hdr.header_len)
+        if got != n + TRAILER_LEN:
+            raise CorruptBlockError(f"short read ({got} of {n + TRAILER_LEN} bytes)")
+        check_trailer(trailer, n, (buf,))
+        self._remember_header(n, hdr.header_len)
+        return hdr.meta, memoryview(buf)
+
+    def _remember_header(self, payload_len: int, header_len: int) -> None:
+        if len(self._header_len) >= _MAX_HEADER_GUESSES and payload_len not in self._header_len:
+            self._header_len.clear()  # many payload sizes (a compressing codec): guesses would rarely fit
+        self._header_len[payload_len] = header_len
 
     def _read_direct(self, fd: int, size: int, key: BlockKey, dest: memoryview | None) -> tuple[BlockMeta, memoryview]:
         if dest is not None and _is_aligned(dest) and size == _align_up(DIRECT_ALIGN + dest.nbytes + TRAILER_LEN):
