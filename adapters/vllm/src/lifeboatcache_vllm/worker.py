@@ -7,7 +7,9 @@ loads complete before the forward that reads it. The block arithmetic is vLLM's
 (``SingleDirectionOffloadingHandler.transfer_async``): ``GPULoadStoreSpec.group_sizes`` and
 ``block_indices`` say, per KV group, how many engine blocks move and at which logical block
 the group starts, so the first chunk of a group may be entered part-way. Each layer tensor
-moves in one indexed copy per group (no per-block Python).
+moves in one indexed copy per group (no per-block Python), over the widest integer words
+that divide every page and offset: torch's indexed copy moves elements, so int64 words copy
+a 7.4k-token SmolLM2 prompt (171 MB) in ~23 ms where int8 bytes take ~115 ms.
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ from vllm.v1.kv_offload.base import (
     TransferResult,
 )
 
+_WORDS = ((8, torch.int64), (4, torch.int32), (2, torch.int16), (1, torch.int8))
+
+
+def word_type(*byte_sizes: int) -> tuple[int, torch.dtype]:
+    """The widest integer word (bytes, dtype) that divides every given size, offset and stride."""
+    for size, dtype in _WORDS:
+        if all(n % size == 0 for n in byte_sizes):
+            return size, dtype
+    raise AssertionError("int8 divides everything")
+
 
 class CpuOffloadingWorker(OffloadingWorker):
     """Copies between the engine's CPU KV tensors and this worker's part of the shared region."""
@@ -36,14 +48,24 @@ class CpuOffloadingWorker(OffloadingWorker):
         self._refs = kv_caches.group_data_refs
         self._engine: list[torch.Tensor] = []
         self._host: list[torch.Tensor] = []
-        for cache in kv_caches.tensors:
+        self._word: list[int] = []
+        widths: dict[int, list[int]] = {}
+        for refs in self._refs:
+            for ref in refs:
+                widths.setdefault(ref.tensor_idx, []).append(ref.page_size_bytes)
+        for idx, cache in enumerate(kv_caches.tensors):
             page = cache.page_size_bytes
             engine = cache.tensor.view(torch.int8).view(-1, page)
-            row = region.create_next_worker_view(page * blocks_per_chunk)  # (chunks, page * bpc), strided
-            host = row.as_strided((row.shape[0], blocks_per_chunk, page), (row.stride(0), page, 1),
-                                  row.storage_offset())
+            row = region.create_next_worker_view(page * blocks_per_chunk)  # (chunks, page * bpc), strided int8
+            word, dtype = word_type(page, engine.storage_offset(), row.stride(0), row.storage_offset(),
+                                    *widths.get(idx, ()))
+            engine = engine.view(dtype)  # (blocks, page // word)
+            words = page // word
+            host = row.view(dtype).as_strided((row.shape[0], blocks_per_chunk, words),
+                                              (row.stride(0) // word, words, 1), row.storage_offset() // word)
             self._engine.append(engine)
             self._host.append(host)
+            self._word.append(word)
         self._finished: list[TransferResult] = []
 
     def _positions(self, chunk_ids: np.ndarray, engine_ids: np.ndarray,
@@ -77,12 +99,12 @@ class CpuOffloadingWorker(OffloadingWorker):
         ):
             for ref in self._refs[group]:
                 engine, host = self._engine[ref.tensor_idx], self._host[ref.tensor_idx]
-                width = ref.page_size_bytes
+                width = ref.page_size_bytes // self._word[ref.tensor_idx]
                 if store:
                     host[chunk, slot, :width] = engine[engine_ids, :width]
                 else:
                     engine[engine_ids, :width] = host[chunk, slot, :width]
-                moved += len(engine_ids) * width
+                moved += len(engine_ids) * ref.page_size_bytes
         self._finished.append(TransferResult(job_id=job_id, success=True, transfer_size=moved,
                                              transfer_time=time.perf_counter() - start))
         return True
