@@ -97,6 +97,10 @@ def test_store_then_load_round_trips_rows_and_reports_hits(tmp_path: Path) -> No
     tier.submit_store(job(3, KEYS[:2], [0, 1], False))  # already present: nothing rewritten
     assert finish(tier, 3).success
     assert tier.stats()["nvme"]["puts"] == 4
+    # token hit-rate metrics: 5 answered lookups of 4 x 32-token chunks, 4 of them hits
+    assert tier.cache is not None
+    counters = tier.cache.telemetry.counters()
+    assert (counters["lookup_tokens"], counters["lookup_hit_tokens"]) == (5 * 128, 4 * 128)
     tier.shutdown()
 
 
@@ -180,25 +184,34 @@ class _Region:
         self.cleaned = True
 
 
-def test_cpu_worker_moves_unaligned_groups_like_vllm() -> None:
-    """Blocks 2..9 of a request (chunks of 4 blocks): the first chunk is entered at block 2."""
-    layers = [torch.randint(-128, 127, (16, 64), dtype=torch.int8) for _ in range(LAYERS)]
-    caches = CanonicalKVCaches([CanonicalKVCacheTensor(t, 64) for t in layers],
-                               [[CanonicalKVCacheRef(i, 64) for i in range(LAYERS)]])
-    region = _Region(6, LAYERS * 64 * BLOCKS_PER_CHUNK + 128)
+@pytest.mark.parametrize(("page", "row_pad", "word"), [(64, 128, 8), (66, 4, 2), (65, 3, 1)])
+def test_cpu_worker_moves_unaligned_groups_like_vllm(page: int, row_pad: int, word: int) -> None:
+    """Blocks 2..9 of a request (chunks of 4 blocks): the first chunk is entered at block 2.
+
+    Pages and row strides that 8 divides move as int64 words; others fall back to narrower words.
+    """
+    layers = [torch.randint(-128, 127, (16, page), dtype=torch.int8) for _ in range(LAYERS)]
+    caches = CanonicalKVCaches([CanonicalKVCacheTensor(t, page) for t in layers],
+                               [[CanonicalKVCacheRef(i, page) for i in range(LAYERS)]])
+    region = _Region(6, LAYERS * page * BLOCKS_PER_CHUNK + row_pad)
     worker = CpuOffloadingWorker(caches, BLOCKS_PER_CHUNK, region)
+    assert worker._word == [word] * LAYERS
     engine_blocks = [3, 7, 1, 12, 5, 9, 0, 14]
     assert worker.submit_store(1, GPULoadStoreSpec(engine_blocks, [8], [2]), CPULoadStoreSpec([4, 0, 5]))
+    chunk_bytes = page * BLOCKS_PER_CHUNK
     for layer, tensor in enumerate(layers):
-        host = region.base[:, layer * 256:(layer + 1) * 256].reshape(6, BLOCKS_PER_CHUNK, 64)
+        host = region.base[:, layer * chunk_bytes:(layer + 1) * chunk_bytes].reshape(6, BLOCKS_PER_CHUNK, page)
         flat = [(c, s) for c in (4, 0, 5) for s in range(BLOCKS_PER_CHUNK)][2:10]
         for (chunk, slot), block in zip(flat, engine_blocks, strict=True):
             assert torch.equal(host[chunk, slot], tensor[block])
+    assert not region.base[:, LAYERS * chunk_bytes:].any()  # the row padding is never written
     targets = [2, 4, 6, 8, 10, 11, 13, 15]
     assert worker.submit_load(2, CPULoadStoreSpec([4, 0, 5]), GPULoadStoreSpec(targets, [8], [2]))
     for tensor in layers:
         assert torch.equal(tensor[targets], tensor[engine_blocks])
-    assert [r.job_id for r in worker.get_finished()] == [1, 2]
+    results = worker.get_finished()
+    assert [r.job_id for r in results] == [1, 2]
+    assert [r.transfer_size for r in results] == [8 * page * LAYERS] * 2
     worker.shutdown()
     assert region.cleaned
 
