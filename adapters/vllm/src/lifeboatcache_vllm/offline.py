@@ -10,10 +10,12 @@ Plan keys: ``model``, ``dtype``, ``max_model_len``, ``block_size``, ``num_gpu_bl
 "lifeboat" (explicit config: ``lifeboat_config``) | "env" (``LIFEBOAT_CACHE=1`` path) |
 "vllm_fs" (vLLM's own fs tier at ``fs_dir``), ``tier_type``/``tier_module`` (another
 tier class for "lifeboat"), ``cpu_gb`` (vLLM's CPU tier), and ``steps``:
-``{"prompts": [[token ids], ...], "max_tokens": n, "one_by_one": bool, "reset": bool}``
-(``reset``: drop the engine's prefix cache and vLLM's CPU tier first, keeping the secondary
-tier). Result: per step the generated token ids, ``num_cached_tokens`` and seconds per
-request (time to first token when ``max_tokens`` is 1); ``lifeboat`` counters per tier.
+``{"prompts": [[token ids], ...], "max_tokens": n, "one_by_one": bool, "reset": bool,
+"settle_s": seconds}`` (``reset``: drop the engine's prefix cache and vLLM's CPU tier first,
+keeping the secondary tier; ``settle_s``: sleep first, so that stores still cascading from
+earlier steps finish and do not share the CPU with the timed step). Result: per step the
+generated token ids, ``num_cached_tokens`` and seconds per request (time to first token
+when ``max_tokens`` is 1); ``lifeboat`` counters per tier.
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     )
     result: dict[str, Any] = {"engine_start_s": time.perf_counter() - started, "steps": []}
     for step in plan["steps"]:
+        time.sleep(float(step.get("settle_s", 0)))
         if step.get("reset"):
             llm.reset_prefix_cache(reset_connector=True)
         params = SamplingParams(temperature=0.0, max_tokens=int(step.get("max_tokens", 8)), ignore_eos=True)
