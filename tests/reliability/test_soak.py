@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lifeboatcache.bench.soak import checks
+from lifeboatcache.bench.soak import Workload, checks
+from lifeboatcache.traces import load_traces
 
 
 def test_short_soak_replays_traces_with_eviction_and_no_errors(tmp_path: Path, traces_dir: Path) -> None:
@@ -53,3 +54,17 @@ def test_checks_pass_a_steady_run_and_fail_drift_growth_and_errors() -> None:
     broken = [*steady[:-1], _interval(0.8, 201, errors=1)]
     assert not checks(broken)["passed"]
     assert not checks([_interval(0.8, 100)])["passed"], "nothing after warm-up is not a pass"
+
+
+def test_workload_starts_each_conversation_once_per_epoch_in_a_fresh_shuffle(traces_dir: Path) -> None:
+    workload = Workload(load_traces(traces_dir, 8), concurrency=3, seed=0)
+    n = len(workload.requests)
+    starts = [(conv, epoch) for conv, epoch, _ in workload.live]  # the first 3, started with the workload
+    starts += [(conv, epoch) for conv, epoch, _ in (workload._start() for _ in range(3 * n - 3))]
+    by_epoch: dict[int, list[int]] = {}
+    for conv, epoch in starts:
+        by_epoch.setdefault(epoch, []).append(conv)
+    assert sorted(by_epoch) == [0, 1, 2]
+    assert all(sorted(order) == list(range(n)) for order in by_epoch.values()), "each conversation once per epoch"
+    assert len({tuple(order) for order in by_epoch.values()}) == 3, "each epoch has its own shuffle"
+    assert list(range(n)) not in by_epoch.values(), "not the file order"
