@@ -29,6 +29,7 @@ from lifeboatcache_core.chunkfile import (
     TRAILER_LEN,
     VERSION,
     BlockMeta,
+    build_header,
     decode_block,
     encode_block,
     read_block_stream,
@@ -343,3 +344,27 @@ def test_listing_a_tier_yields_only_valid_keys(tmp_path: Path, names: list[str])
         (shard / f"{'01' * 8}.lbk").write_bytes(b"junk")
     for key in FileBackend(FileConfig(path=root), tier="fuzz").list_keys():
         check_key(key)
+
+
+def test_a_store_lying_about_the_block_size_cannot_drive_allocation() -> None:
+    """An object store reports 1 TiB and a valid header claims it: we allocate what arrives."""
+    claimed = 2**40
+    header = build_header(BlockMeta.new(KEY, claimed), claimed)
+    data = header + bytes(3 * 2**20)  # then the stream ends
+    pos = 0
+
+    def readinto(view: memoryview) -> int:
+        nonlocal pos
+        n = min(len(view), len(data) - pos)
+        view[:n] = data[pos:pos + n]
+        pos += n
+        return n
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(OSError, match="ended"):
+            read_block_stream(readinto, len(header) + claimed + TRAILER_LEN, KEY)
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20

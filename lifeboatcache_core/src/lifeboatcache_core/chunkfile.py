@@ -211,8 +211,11 @@ def read_block_stream(readinto: Callable[[memoryview], int | None], total_len: i
     Object stores hand out streams, not seekable files: this reads the header, then the payload
     straight into ``dest`` when it has exactly the payload's length (copy-free, like
     ``FileBackend.read``), then the trailer. ``total_len`` is the block's size as the store
-    reports it. A stream that ends early raises ``OSError`` (a transport failure, so the stored
-    block is not quarantined); a block that does not verify raises ``CorruptBlockError``.
+    reports it, which a hostile store can inflate: a payload without a ``dest`` of its size
+    is allocated as its bytes arrive (``_STREAM_STEP`` at a time), so memory follows the bytes
+    received, never a claimed length. A stream that ends early raises ``OSError`` (a transport
+    failure, so the stored block is not quarantined); a block that does not verify raises
+    ``CorruptBlockError``.
     """
     if total_len < FIXED_LEN + TRAILER_LEN:
         raise CorruptBlockError(f"truncated block ({total_len} bytes)")
@@ -225,12 +228,24 @@ def read_block_stream(readinto: Callable[[memoryview], int | None], total_len: i
     _fill(readinto, memoryview(head)[FIXED_LEN:], total_len)
     header = parse_header(head, total_len, key)
     n = header.payload_len
-    payload: Buffer = dest if dest is not None and dest.nbytes == n else bytearray(n)
-    _fill(readinto, memoryview(payload).cast("B"), total_len)
+    payload: Buffer
+    if dest is not None and dest.nbytes == n:
+        payload = dest
+        _fill(readinto, memoryview(payload).cast("B"), total_len)
+    else:
+        payload = bytearray(min(n, _STREAM_STEP))
+        _fill(readinto, memoryview(payload), total_len)
+        while len(payload) < n:
+            piece = bytearray(min(n - len(payload), _STREAM_STEP))
+            _fill(readinto, memoryview(piece), total_len)
+            payload += piece
     trailer = bytearray(TRAILER_LEN)
     _fill(readinto, memoryview(trailer), total_len)
     check_trailer(trailer, n, (payload,))
     return header.meta, memoryview(payload)
+
+
+_STREAM_STEP = 16 * 1024 * 1024
 
 
 def _fill(readinto: Callable[[memoryview], int | None], view: memoryview, total_len: int) -> None:
