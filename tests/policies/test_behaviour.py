@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import time
+
 from lifeboatcache_core.abc import BlockHint, EvictionPolicy
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.testing.contracts import key
@@ -84,7 +87,7 @@ def test_score_keeps_a_reread_prefix_over_one_off_blocks() -> None:
 
 
 def test_epicache_groups_a_prefix_chain_into_one_episode_and_drains_the_cold_one() -> None:
-    epi = EpiCachePolicy(EpiCacheConfig(patience=2.0))
+    epi = EpiCachePolicy(EpiCacheConfig(patience=2.0, clock="operations"))
     for _turn in range(6):  # two sessions, alternating; then only B keeps coming
         store_chain(epi, range(0, 8))
         store_chain(epi, range(100, 108))
@@ -96,13 +99,73 @@ def test_epicache_groups_a_prefix_chain_into_one_episode_and_drains_the_cold_one
 
 
 def test_epicache_returning_session_keeps_its_prefix() -> None:
-    epi = EpiCachePolicy()
+    epi = EpiCachePolicy(EpiCacheConfig(clock="operations"))
     store_chain(epi, range(0, 20), tag="a")
     store_chain(epi, range(100, 120), tag="b")
     store_chain(epi, range(0, 20), tag="a")
     for _ in range(10):
         evict(epi)
     assert all(key(i) in epi for i in range(10)) and all(key(100 + i) in epi for i in range(10))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_epicache_measures_gaps_in_monotonic_seconds_by_default() -> None:
+    assert EpiCachePolicy().clock is time.monotonic
+    assert EpiCachePolicy(EpiCacheConfig(clock="operations")).clock is None
+    epi = EpiCachePolicy(EpiCacheConfig(gap_smoothing=0.5))  # learn the rhythm in a few turns
+    epi.clock = clock = FakeClock()
+    for turn in range(6):  # A and B take turns every 10 s
+        clock.now = 20.0 * turn
+        store_chain(epi, range(0, 8), tag="a")
+        clock.now = 20.0 * turn + 10
+        store_chain(epi, range(100, 108), tag="b")
+    clock.now += 1.0  # then B sends 50 prompts within one second: many operations, little time
+    for _ in range(50):
+        store_chain(epi, range(100, 108), tag="b")
+    # A is not late in seconds (an operation count would call it long gone): it keeps its blocks
+    assert evict(epi) == key(107)
+
+
+def _two_sessions(order: str) -> EpiCachePolicy:
+    """A comes every 30 s, B every 5 s; A was served at t=60, B at t=62; now t=63 (neither late)."""
+    epi = EpiCachePolicy(EpiCacheConfig(warm_order=order, gap_smoothing=0.5))  # type: ignore[arg-type]
+    epi.clock = clock = FakeClock()
+    visits = sorted([(t, "a") for t in (0.0, 30.0, 60.0)] + [(t, "b") for t in range(32, 63, 5)])
+    for t, tag in visits:
+        clock.now = float(t)
+        store_chain(epi, range(0, 8) if tag == "a" else range(100, 108), tag=tag)
+        epi.insert(key(1000 + int(t)), 1, BlockHint("other", None, 0))  # visits end when another session stores
+    for t in range(33, 63, 5):  # and the others' blocks are gone
+        epi.remove(key(1000 + t))
+    for t in (0, 30, 60):
+        epi.remove(key(1000 + t))
+    clock.now = 63.0
+    return epi
+
+
+def test_epicache_evicts_the_warm_session_served_last_by_default() -> None:
+    # B was served a second ago; A has been away for 3 s of its gap: B goes first
+    assert evict(_two_sessions("recent")) == key(107)
+    # "farthest" trusts the learnt rhythms (A back at ~90 s, B at ~67 s) and takes A's tail
+    assert evict(_two_sessions("farthest")) == key(7)
+
+
+def test_epicache_first_gap_of_a_new_episode_is_the_mean_so_far() -> None:
+    epi = EpiCachePolicy()
+    epi.clock = clock = FakeClock()
+    for t in (0.0, 8.0, 16.0):
+        clock.now = t
+        store_chain(epi, range(0, 4), tag="a")
+        epi.insert(key(1000), 1, BlockHint("other", None, 0))  # a visit ends when another session stores
+    store_chain(epi, range(100, 104), tag="c")  # a new session starts from the gaps seen: 8 s
+    assert math.isclose(epi._episodes[("tag", "c")].log_gap, 3.0)
 
 
 def test_epicache_tag_overrides_the_prefix_tree() -> None:

@@ -11,23 +11,31 @@ Which episode. Every episode learns its own rhythm: the (log-mean) clock gap bet
 (a visit = a run of operations on the episode with no other operation in between). Its
 *deadline* is ``last_visit + patience * gap``. An episode past its deadline is cold (the
 session paused: the user reads, a tool runs long, the session ended) and goes first, most
-overdue first. While no episode is cold, the one expected back last (``last_visit + gap``
-farthest ahead) goes, which is what Bélády's offline optimum would evict.
+overdue first. While no episode is cold, the warm episode visited most recently goes
+(``warm_order="recent"``): gaps vary so much within a session that its learned rhythm says
+little about *which* warm session comes back next, but its age does -- a session that has
+been away for part of its gap is closer to its next request than the one just served. The
+one just served also still sits in the engine's GPU cache for a while. (``"farthest"``,
+``last_visit + gap`` farthest ahead, and ``"lru"`` remain options.)
 
 Which block. Within the chosen episode the deepest block goes first, so an episode shrinks
 from its tail and a returning session still hits its leading blocks (a prompt hits only as
 long as its leading blocks are cached).
 
-The clock is logical (one tick per insert or touch): deterministic with a seed and independent
-of wall time. Heaps use lazy deletion and are rebuilt when stale entries outnumber live ones,
-so every operation is O(log n) and memory stays proportional to the blocks tracked plus the
-ghost map (at most as many keys as blocks tracked).
+Time is ``time.monotonic`` seconds by default (``clock="monotonic"``, what a tier uses; a
+simulation sets the ``clock`` attribute to its replay time); ``clock="operations"`` counts
+inserts and touches instead (deterministic, load-relative). An episode's first gap is the
+running mean over all episodes (a plain mean over the first 100 gaps, then an EWMA), so
+the scale of the clock is learnt, not assumed. Heaps use lazy deletion and are rebuilt when
+stale entries outnumber live ones, so every operation is O(log n) and memory stays
+proportional to the blocks tracked plus the ghost map (at most as many keys as blocks tracked).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Literal
@@ -39,9 +47,12 @@ from pydantic import Field
 
 class EpiCacheConfig(PluginConfig):
     patience: float = Field(2.0, gt=0.0, description="an episode is cold after this many of its usual gaps")
-    gap_smoothing: float = Field(0.1, gt=0.0, le=1.0, description="EWMA weight of a new visit gap (log scale)")
-    warm_order: Literal["farthest", "lru"] = Field(
-        "farthest", description="among warm episodes evict the one expected back last, or the least recent")
+    gap_smoothing: float = Field(0.05, gt=0.0, le=1.0, description="EWMA weight of a new visit gap (log scale)")
+    warm_order: Literal["recent", "farthest", "lru"] = Field(
+        "recent", description="among warm episodes evict the most recently visited, the one expected back "
+        "last (last visit + its gap), or the least recently visited")
+    clock: Literal["monotonic", "operations"] = Field(
+        "monotonic", description="measure gaps in time.monotonic seconds, or in operations (inserts and touches)")
 
 
 class _Episode:
@@ -66,13 +77,14 @@ class EpiCachePolicy(EvictionPolicy):
         cfg: EpiCacheConfig = self.config  # type: ignore[assignment]
         self._patience = cfg.patience
         self._alpha = cfg.gap_smoothing
-        self._farthest = cfg.warm_order == "farthest"
+        self._warm_order = cfg.warm_order
         self._clock = 0
         #: seconds for gaps and deadlines (``time.monotonic`` in a tier, the replay's clock in a
         #: simulation); ``None``: count operations instead (deterministic, load-relative)
-        self.clock: Callable[[], float] | None = None
+        self.clock: Callable[[], float] | None = time.monotonic if cfg.clock == "monotonic" else None
         self._seq = 0
         self._global_log_gap = 0.0
+        self._global_gaps = 0  # gaps seen over all episodes (the prior's weight, capped)
         self._blocks: dict[Hashable, tuple[Hashable, int]] = {}  # key -> (episode id, seq)
         self._episodes: dict[Hashable, _Episode] = {}
         self._ghosts: OrderedDict[Hashable, Hashable] = OrderedDict()  # evicted key -> episode id
@@ -168,11 +180,14 @@ class EpiCachePolicy(EvictionPolicy):
         else:
             log_gap = math.log2(max(now - episode.last, 1e-3))
             episode.log_gap += self._alpha * (log_gap - episode.log_gap)
-            self._global_log_gap += 0.01 * (log_gap - self._global_log_gap)
+            if self._global_gaps < 100:
+                self._global_gaps += 1
+            self._global_log_gap += (log_gap - self._global_log_gap) / self._global_gaps
             episode.last, episode.last_op = now, op
         gap = 2.0 ** episode.log_gap
         episode.deadline = now + gap * self._patience
-        episode.warm_key = -(now + gap) if self._farthest else now
+        order = self._warm_order
+        episode.warm_key = -now if order == "recent" else -(now + gap) if order == "farthest" else now
         self._seq += 1
         heapq.heappush(self._by_deadline, (episode.deadline, self._seq, episode_id))
         heapq.heappush(self._by_return, (episode.warm_key, self._seq, episode_id))
