@@ -14,9 +14,8 @@ session paused: the user reads, a tool runs long, the session ended) and goes fi
 overdue first. While no episode is cold, the warm episode visited most recently goes
 (``warm_order="recent"``): gaps vary so much within a session that its learned rhythm says
 little about *which* warm session comes back next, but its age does -- a session that has
-been away for part of its gap is closer to its next request than the one just served. The
-one just served also still sits in the engine's GPU cache for a while. (``"farthest"``,
-``last_visit + gap`` farthest ahead, and ``"lru"`` remain options.)
+been away for part of its gap is closer to its next request than the one just served.
+(``"farthest"``, ``last_visit + gap`` farthest ahead, and ``"lru"`` remain options.)
 
 Which block. Within the chosen episode the deepest block goes first, so an episode shrinks
 from its tail and a returning session still hits its leading blocks (a prompt hits only as
