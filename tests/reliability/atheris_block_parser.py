@@ -26,6 +26,7 @@ with atheris.instrument_imports():
     )
     from lifeboatcache_core.errors import CorruptBlockError
     from lifeboatcache_core.keys import BlockKey
+    from lifeboatcache_core.testing.streams import byte_stream
 
 KEY = BlockKey("fuzzns", b"\x11" * 32)
 PAYLOAD = bytes(range(256)) * 4
@@ -47,17 +48,8 @@ def one_input(data: bytes) -> None:
             raise AssertionError("decode_block accepted bytes that are not the block's checksummed payload")
     except CorruptBlockError:
         pass
-    pos = 0
-
-    def readinto(view: memoryview) -> int:
-        nonlocal pos
-        n = min(len(view), len(data) - pos)
-        view[:n] = data[pos:pos + n]
-        pos += n
-        return n
-
     try:
-        _meta, payload = read_block_stream(readinto, len(data), KEY)
+        _meta, payload = read_block_stream(byte_stream(data), len(data), KEY)
         if not own_checksummed_payload(data, payload):
             raise AssertionError("read_block_stream accepted bytes that are not the block's checksummed payload")
     except (CorruptBlockError, OSError):

@@ -38,6 +38,7 @@ from lifeboatcache_core.config import LifeboatConfig, load_config_dict, parse_te
 from lifeboatcache_core.errors import ConfigError, CorruptBlockError, InvalidKeyError
 from lifeboatcache_core.keys import BlockKey, Namespace, check_key
 from lifeboatcache_core.manifest import Manifest, sqlite_url
+from lifeboatcache_core.testing.streams import byte_stream
 from starlette.testclient import TestClient
 
 from lifeboatcache.dashboard.server import REDACTED, create_app
@@ -91,18 +92,8 @@ def test_a_mutated_block_is_corrupt_or_exactly_the_original(edits: list[tuple[in
 def test_random_bytes_never_crash_the_parsers(data: bytes) -> None:
     with pytest.raises(CorruptBlockError):
         decode_block(data, KEY)
-    stream = memoryview(data)
-    pos = 0
-
-    def readinto(view: memoryview) -> int:
-        nonlocal pos
-        n = min(len(view), len(stream) - pos)
-        view[:n] = stream[pos:pos + n]
-        pos += n
-        return n
-
     with pytest.raises((CorruptBlockError, OSError)):
-        read_block_stream(readinto, len(data), KEY)
+        read_block_stream(byte_stream(data), len(data), KEY)
 
 
 @FUZZ
@@ -115,17 +106,8 @@ def test_length_fields_never_drive_allocation(header_len: int, payload_len: int,
     try:
         with pytest.raises((CorruptBlockError, OSError)):
             decode_block(data, KEY)
-        pos = 0
-
-        def readinto(view: memoryview) -> int:
-            nonlocal pos
-            n = min(len(view), len(data) - pos)
-            view[:n] = data[pos:pos + n]
-            pos += n
-            return n
-
         with pytest.raises((CorruptBlockError, OSError)):
-            read_block_stream(readinto, len(data), KEY)
+            read_block_stream(byte_stream(data), len(data), KEY)
         _current, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -351,19 +333,10 @@ def test_a_store_lying_about_the_block_size_cannot_drive_allocation() -> None:
     claimed = 2**40
     header = build_header(BlockMeta.new(KEY, claimed), claimed)
     data = header + bytes(3 * 2**20)  # then the stream ends
-    pos = 0
-
-    def readinto(view: memoryview) -> int:
-        nonlocal pos
-        n = min(len(view), len(data) - pos)
-        view[:n] = data[pos:pos + n]
-        pos += n
-        return n
-
     tracemalloc.start()
     try:
         with pytest.raises(OSError, match="ended"):
-            read_block_stream(readinto, len(header) + claimed + TRAILER_LEN, KEY)
+            read_block_stream(byte_stream(data), len(header) + claimed + TRAILER_LEN, KEY)
         _current, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
