@@ -34,6 +34,8 @@ from typing import Any
 
 import typer
 
+from lifeboatcache.bench import emit_json
+
 RESULT_PREFIX = "LIFEBOAT-RESULT "
 CHUNK_TOKENS = 256
 SETTLE_S = 1.0  # before a timed step: background stores of earlier steps have finished
@@ -152,12 +154,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """TTFT of a returning ~7.4k-token session on vLLM: recompute, engine hit, our tier, restart, vLLM fs."""
         result = run_returning(tokens, reps, workdir, io_threads)
-        text = json.dumps(result, indent=1)
-        if out is not None:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text + "\n")
+        emit_json(result, out, as_json)
         if as_json:
-            typer.echo(text)
             return
         from rich.console import Console
         from rich.table import Table

@@ -49,6 +49,7 @@ from lifeboatcache_core.chunkfile import TRAILER_LEN, BlockMeta, build_header
 from lifeboatcache_core.config import load_config_dict
 from lifeboatcache_core.keys import BlockKey
 
+from lifeboatcache.bench import emit_json
 from lifeboatcache.traces import BLOCK_TOKENS, CONVERSATION_SHIFT, Conversation, TraceRequest, load_traces
 
 NAMESPACE = "soakbench"
@@ -287,13 +288,8 @@ def register(app: typer.Typer) -> None:
         result = run(minutes, traces=traces, limit=limit, block_bytes=block_bytes,
                      capacity_fraction=capacity_fraction, concurrency=concurrency, interval_s=interval_s,
                      warmup_intervals=warmup, path=path, chunk_blocks=chunk_blocks, seed=seed)
-        text = json.dumps(result, indent=1)
-        if out is not None:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text + "\n")
-        if as_json:
-            typer.echo(text)
-        else:
+        emit_json(result, out, as_json)
+        if not as_json:
             for i in result["intervals"]:
                 typer.echo(f"{i['interval']:4d}  hit {i['hit_rate']}  rss {i['rss_mb']} MB  "
                            f"get p99 {i['get_p99_ms']} ms  put p99 {i['put_p99_ms']} ms  errors {i['errors']}")

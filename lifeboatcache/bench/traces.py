@@ -12,7 +12,6 @@ core (not wall time, which other load on the machine inflates).
 
 from __future__ import annotations
 
-import json
 import platform
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import typer
 
+from lifeboatcache.bench import emit_json
 from lifeboatcache.sim.replay import SimResult
 from lifeboatcache.sim.sweep import (
     BELADY,
@@ -123,11 +123,6 @@ def register(app: typer.Typer) -> None:
         report = run_traces_bench(workload, policy, capacity_frac, gpu_blocks=gpu_blocks, seed=seed,
                                   session_tags=session_tags, traces=str(traces_dir),
                                   load_seconds=time.perf_counter() - started, progress=not as_json)
-        text = json.dumps(report, indent=1)
-        if out is not None:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text + "\n")
-        if as_json:
-            typer.echo(text)
-        else:
+        emit_json(report, out, as_json)
+        if not as_json:
             print_table(report)
