@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from lifeboatcache.sim.replay import SimResult, split_tokens
-from lifeboatcache.sim.workload import Workload
+from lifeboatcache.sim.workload import Workload, leading_run
 
 NEVER = 1 << 62
 
@@ -42,12 +42,7 @@ def replay_belady(workload: Workload, gpu_hits: list[int], capacity_blocks: int)
     tier_hits: list[int] = []
     i = 0
     for tail in tails:
-        run = 0
-        for block in tail:
-            if block not in cache:
-                break
-            run += 1
-        tier_hits.append(run)
+        tier_hits.append(leading_run(tail, cache))
         for block in tail:
             use = nxt[i]
             i += 1

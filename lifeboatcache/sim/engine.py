@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from lifeboatcache.sim.workload import Workload
+from lifeboatcache.sim.workload import Workload, leading_run
 
 
 def gpu_prefix_hits(workload: Workload, gpu_blocks: int) -> list[int]:
@@ -21,12 +21,7 @@ def gpu_prefix_hits(workload: Workload, gpu_blocks: int) -> list[int]:
     cache: OrderedDict[int, None] = OrderedDict()
     move_to_end, popitem = cache.move_to_end, cache.popitem
     for blocks in workload.blocks:
-        run = 0
-        for block in blocks:
-            if block not in cache:
-                break
-            run += 1
-        hits.append(run)
+        hits.append(leading_run(blocks, cache))
         for block in blocks:
             if block in cache:
                 move_to_end(block)

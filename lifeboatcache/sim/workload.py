@@ -7,6 +7,7 @@ hashables; building a ``BlockKey`` per reference would cost more than the simula
 
 from __future__ import annotations
 
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,3 +56,13 @@ def load_workload(directory: str | Path, *, seed: int = 0, spread_s: float = 360
         block_tokens=block_tokens,
         working_set=working_set,
     )
+
+
+def leading_run(blocks: Iterable[int], cached: Container[int]) -> int:
+    """How many of a prompt's leading blocks are cached: a prompt hits only up to its first miss."""
+    run = 0
+    for block in blocks:
+        if block not in cached:
+            break
+        run += 1
+    return run
