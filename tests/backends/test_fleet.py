@@ -251,3 +251,35 @@ def test_a_manifest_database_outage_is_a_miss_and_the_tier_recovers(shared: dict
                 cache.close()
     finally:
         database.stop()
+
+
+def test_a_fleet_tier_added_through_apply_config_shares_the_fleet_manifest(
+        postgres: PostgresServer, tmp_path: Path) -> None:
+    """The Configure tab path: a PostgreSQL-manifest tier added live must be the fleet's, not a local tier.
+
+    Regression: reconfiguration built every added tier as a plain ``Tier``, so its puts were
+    published late (a batched local manifest) and other nodes did not see them.
+    """
+    shared_tier = {"name": f"shared-{secrets.token_hex(3)}", "backend": "file", "capacity_gb": 0.01,
+                   "path": str(tmp_path / "shared"), "manifest_url": postgres.url}
+    fallback = {"path": str(tmp_path / "fallback"), "capacity_gb": 0.01}
+    local = {"name": "local", "backend": "file", "capacity_gb": 0.01, "path": str(tmp_path / "local")}
+    node = TieredCache(load_config_dict({"tiers": [shared_tier], "fallback_local": fallback}),
+                       background_index=False)
+    cache = TieredCache(load_config_dict({"tiers": [local], "fallback_local": fallback}), background_index=False)
+    try:
+        assert cache.apply_config(load_config_dict({"tiers": [shared_tier], "fallback_local": fallback})) == []
+        added = cache.all_tiers[0]
+        assert added.name == shared_tier["name"] and added.up, cache.health()
+        assert type(added) is type(node.all_tiers[0])  # the class the cache picks at start
+        assert cache.put(keys(0, 1), [b"f" * 5000]) == [True]
+        fleet = FleetManifest(postgres.url, shared_tier["name"], 10 * 1024**2)
+        try:
+            assert [k for k, _ in fleet.load()] == keys(0, 1)  # published before the put returned
+        finally:
+            fleet.close()
+        buf = bytearray(5000)
+        assert node.get(keys(0, 1), [buf]) == [True] and bytes(buf) == b"f" * 5000  # the other node, at once
+    finally:
+        cache.close()
+        node.close()

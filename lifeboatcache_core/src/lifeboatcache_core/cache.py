@@ -88,7 +88,8 @@ class TieredCache:
                  seed: int = 0, background_index: bool = True) -> None:
         self.config = config if config is not None else LifeboatConfig()
         self.registry = registry or get_registry()
-        self.all_tiers: list[Tier] = [tier_class(tc)(tc, self.registry, seed=seed) for tc in self.config.tiers]
+        self._seed = seed
+        self.all_tiers: list[Tier] = [self.make_tier(tc) for tc in self.config.tiers]
         self._digest_bytes: dict[str, int | None] = {}
         self._namespaces: dict[str, dict[str, Any]] = {}
         self._jobs: dict[int, _Job] = {}
@@ -117,6 +118,14 @@ class TieredCache:
 
     # ------------------------------------------------------------------ set-up
 
+    def make_tier(self, tc: TierConfig) -> Tier:
+        """Build (not open) the tier ``tc`` describes: the one factory for start, fallback and live changes.
+
+        The class follows the config (a PostgreSQL ``manifest_url`` makes a fleet tier), so a
+        tier added by ``apply_config`` is the same kind of tier it would be at start.
+        """
+        return tier_class(tc)(tc, self.registry, seed=self._seed)
+
     def _start_index(self, tier: Tier) -> None:
         if tier.index_complete or tier.index_loading:
             return
@@ -136,7 +145,7 @@ class TieredCache:
             return
         reasons = "; ".join(f"{t.name}: {t.reason}" for t in self.all_tiers if t.persistent and not t.up)
         tc = TierConfig(name="fallback", backend="file", capacity_gb=fb.capacity_gb, path=str(fb.path))
-        tier = Tier(tc, self.registry)
+        tier = self.make_tier(tc)
         if tier.open():
             log.warning("no persistent tier is up (%s); using local fallback %s", reasons, fb.path)
             self._start_index(tier)

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lifeboatcache_core.config import LifeboatConfig, TierConfig
-from lifeboatcache_core.tier import Tier
 
 if TYPE_CHECKING:
     from lifeboatcache_core.cache import TieredCache
+    from lifeboatcache_core.tier import Tier
 
 log = logging.getLogger("lifeboatcache")
 
@@ -89,7 +89,8 @@ def apply_config(cache: TieredCache, new: LifeboatConfig) -> Reconfiguration:
     old_cfgs = {tc.label: tc for tc in old.tiers}
 
     # New tiers are built first: a plugin that fails to load stops the change before anything moved.
-    added = {tc.label: Tier(tc, cache.registry) for tc in new.tiers if tc.label not in current}
+    # The cache's own factory builds them, so an added tier is the kind it would be at start (fleet or not).
+    added = {tc.label: cache.make_tier(tc) for tc in new.tiers if tc.label not in current}
     tiers: list[Tier] = []
     in_force: list[TierConfig] = []
     for tc in new.tiers:
