@@ -217,3 +217,43 @@ def test_bfloat16_numpy_arrays_are_stored_as_bytes(tmp_path: Path) -> None:
         out = np.zeros_like(arr)
         assert cache.get(keys(1), [out]) == [True]
         assert out.tobytes() == arr.tobytes()
+
+
+def test_a_load_never_waits_behind_stores(tmp_path: Path) -> None:
+    """Stores that stall (a slow or full disk) occupy the write pool only: a get still finishes."""
+    import threading
+
+    with open_cache(tmp_path, file_tier(tmp_path / "t", io_threads=2)) as cache:
+        stored, stalled = keys(1), keys(8, start=100)
+        assert cache.put(stored, [b"x" * 4096]) == [True]
+        tier = cache.tiers[0]
+        assert tier.backend is not None
+        release = threading.Event()
+        real_put = tier.backend.put
+
+        def slow_put(*args: object, **kwargs: object) -> int:
+            release.wait(30)
+            return real_put(*args, **kwargs)
+
+        tier.backend.put = slow_put  # type: ignore[method-assign]
+        put_job = cache.submit_put(stalled, blobs(8, 4096))  # both write threads now wait
+        out = bytearray(4096)
+        try:
+            got = cache.wait(cache.submit_get_into(stored, [out]), timeout=5)
+        finally:
+            release.set()
+        assert got.ok == [True] and bytes(out) == b"x" * 4096
+        assert cache.wait(put_job, timeout=30).ok == [True] * 8
+
+
+def test_touch_orders_recency_without_io(tmp_path: Path) -> None:
+    """Blocks used in a cache above ours are touched here; a full tier then evicts the others."""
+    with open_cache(tmp_path, file_tier(tmp_path / "t", io_threads=1)) as cache:
+        ks = keys(6)
+        assert all(cache.put(ks, blobs(6, 4096)))
+        tier = cache.tiers[0]
+        per_block = tier.used // 6
+        cache.touch([ks[1], ks[0]])  # oldest two become the most recent, ks[0] last of all
+        tier.resize(per_block * 3)
+        assert [k in tier.index for k in ks] == [True, True, False, False, False, True]
+        cache.touch(keys(2, start=50))  # unknown keys: nothing happens, nothing raises

@@ -214,9 +214,13 @@ class TieredCache:
         self._task_done(job)
 
     def _spread(self, job: _Job, tier: Tier, indices: list[int], work: Any) -> None:
-        """Run ``work(tier, slice)`` over ``indices`` in up to ``io_threads`` slices."""
+        """Run ``work(tier, slice)`` over ``indices`` in up to ``io_threads`` slices.
+
+        Gets run on the tier's read pool, puts on its write pool: a load never waits behind stores.
+        """
         if not indices:
             return
+        pool = tier.read_pool if job.kind == "get" else tier.write_pool
         n = min(len(indices), tier.io_threads)
         slices = [indices[i::n] for i in range(n)]
         self._add_tasks(job, len(slices))
@@ -231,7 +235,7 @@ class TieredCache:
                 finally:
                     self._task_done(job)
             try:
-                tier.pool.submit(run)
+                pool.submit(run)
             except RuntimeError:  # pool shut down (closing)
                 self._task_done(job)
 
@@ -318,7 +322,7 @@ class TieredCache:
                     with tier.lock:
                         tier.stats.promotions += 1
             try:
-                fut = tier.pool.submit(run)
+                fut = tier.write_pool.submit(run)
             except RuntimeError:
                 return
             with self._lock:
@@ -378,6 +382,20 @@ class TieredCache:
                 break
             n += 1
         return n
+
+    def touch(self, keys: Sequence[BlockKey]) -> None:
+        """Mark stored blocks as used now, in order: the last key becomes the most recently used.
+
+        For engines with a cache above ours (vLLM's CPU tier, SGLang's host cache): a chunk
+        that keeps hitting up there is never read from here, and without this it would look
+        coldest to our policy and be evicted first. In-memory and cheap (no I/O): safe on
+        the engine's scheduler thread.
+        """
+        valid = [k for k in keys if self._valid(k)]
+        if not valid:
+            return
+        for tier in self.tiers:
+            tier.touch(valid)
 
     def drain(self, timeout: float | None = 30.0) -> None:
         """Wait for background work (promotions) to finish: for tests and clean shutdown."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,7 +62,11 @@ class Tier:
         self.codec: Codec = registry.load("codec", cfg.codec)(cfg.codec_config)
         self.policy: EvictionPolicy = registry.load("policy", cfg.policy)(cfg.policy_config, seed=seed)
         self.backend: Backend | None = None
-        self.pool = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix=f"lifeboat-{self.name}")
+        # Reads and writes have pools of their own: an engine waits for a load (its request
+        # cannot start), never for a store, so a load must not queue behind a burst of stores
+        # (one 7k-token prompt is ~30 stores of 6 MB). Each pool has ``io_threads`` threads.
+        self.read_pool = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix=f"lifeboat-{self.name}-read")
+        self.write_pool = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix=f"lifeboat-{self.name}-write")
         self.io_threads = cfg.io_threads
         self.lock = threading.Lock()
         self._space = threading.Condition(self.lock)  # signalled when a reservation is released
@@ -240,6 +245,22 @@ class Tier:
             return self.backend.exists(key)
         except OSError:
             return False
+
+    def touch(self, keys: Sequence[BlockKey]) -> int:
+        """Mark the stored ones of ``keys`` as used now, in order (the last is the most recent).
+
+        In-memory only (the policy's order; no I/O, no manifest row): an engine reports the
+        chunks a request used in a cache above this tier, which were never read from here.
+        Returns how many of ``keys`` this tier holds.
+        """
+        held = 0
+        with self.lock:
+            index, policy = self.index, self.policy
+            for key in keys:
+                if key in index:
+                    policy.touch(key)
+                    held += 1
+        return held
 
     def _forget(self, key: BlockKey) -> int:
         """Remove ``key`` from index and policy (caller holds ``lock``); return its size."""
@@ -517,7 +538,8 @@ class Tier:
         }
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True)
+        self.read_pool.shutdown(wait=True)
+        self.write_pool.shutdown(wait=True)
         if self.manifest is not None:
             try:
                 self.manifest.close()
