@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import secrets
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from lifeboatcache_backend_s3.config import S3Config
 from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.chunkfile import BlockMeta
 from lifeboatcache_core.config import LifeboatConfig
-from lifeboatcache_core.errors import TierUnavailableError
+from lifeboatcache_core.errors import CorruptBlockError, TierUnavailableError
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.testing import BackendContract, CorruptionContract, backend_state_machine
 from lifeboatcache_core.testing.contracts import key
@@ -276,3 +278,50 @@ def test_restart_indexes_from_the_local_manifest_and_read_header_is_small(moto: 
     backend = make_s3(moto.endpoint, bucket=bucket)
     meta, stored = backend.read_header(blocks[2])
     assert meta.key == blocks[2].hex and meta.raw_len == 7000 and stored == dict(backend.scan())[blocks[2]]
+
+
+def test_bulk_calls_run_concurrently_and_delete_many_sends_no_head(moto: MotoServer, aws_env: None) -> None:
+    backend = make_s3(moto.endpoint, parallel_requests=4)
+    calls: list[str] = []
+    in_flight, most = [0], [0]
+    lock = threading.Lock()
+
+    def before(model: Any, **_: Any) -> None:
+        with lock:
+            calls.append(model.name)
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        time.sleep(0.05)  # a round trip long enough for the requests of one batch to overlap
+
+    def after(**_: Any) -> None:
+        with lock:
+            in_flight[0] -= 1
+
+    backend.client.meta.events.register("before-call.s3.*", before)
+    backend.client.meta.events.register("after-call.s3.*", after)
+    try:
+        ks = [key(i) for i in range(8)]
+        items = [(k, [memoryview(block(i))], BlockMeta.new(k, len(block(i)))) for i, k in enumerate(ks)]
+        assert all(isinstance(n, int) for n in backend.write_many(items))
+        got = backend.read_many([*ks, key(99)])
+        assert [bytes(o[1]) for o in got[:8] if not isinstance(o, Exception)] == [block(i) for i in range(8)]
+        assert isinstance(got[8], KeyError)
+        assert most[0] > 1, "a bulk call's requests must overlap"
+        calls.clear()
+        assert backend.delete_many([*ks[:5], key(99)]) == [None] * 6
+        assert calls == ["DeleteObject"] * 6  # no HEAD per key
+        assert [backend.exists(k) for k in ks] == [False] * 5 + [True] * 3
+    finally:
+        backend.close()
+
+
+def test_bulk_failures_are_reported_per_key(moto: MotoServer, aws_env: None) -> None:
+    backend = make_s3(moto.endpoint)
+    try:
+        store(backend, key(1), block(1))
+        backend.client.put_object(Bucket=backend.bucket, Key=backend.object_name(key(2)), Body=b"not a block")
+        first, second, third = backend.read_many([key(1), key(2), key(3)])
+        assert not isinstance(first, Exception) and bytes(first[1]) == block(1)
+        assert isinstance(second, CorruptBlockError) and isinstance(third, KeyError)
+    finally:
+        backend.close()

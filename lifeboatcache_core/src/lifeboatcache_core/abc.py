@@ -10,12 +10,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from lifeboatcache_core.chunkfile import BlockMeta, Buffer
+from lifeboatcache_core.errors import CorruptBlockError
 from lifeboatcache_core.keys import BlockKey
+
+T = TypeVar("T")
 
 
 class PluginConfig(BaseModel):
@@ -25,6 +28,35 @@ class PluginConfig(BaseModel):
 
 
 # ----------------------------------------------------------------------------- backends
+
+#: the failures a Backend documents (absent, failed verification, I/O); a bulk call reports
+#: them per key. Anything else is a bug and propagates, as it would from the single call.
+BLOCK_ERRORS: tuple[type[Exception], ...] = (KeyError, CorruptBlockError, OSError)
+
+#: one key's outcome in a bulk call: what the single call returned, or the error it raised
+Outcome = T | Exception
+
+
+def outcome_of(call: Callable[..., T], *args: Any) -> Outcome[T]:
+    """Run one single-block call for a bulk method: its result, or the documented error it raised.
+
+    Returning the error instead of raising it is what keeps one missing or failing block from
+    hiding the outcome of the others in the same bulk call.
+    """
+    try:
+        return call(*args)
+    except BLOCK_ERRORS as exc:
+        return exc
+
+
+def read_items(keys: Sequence[BlockKey],
+               dests: Sequence[memoryview | None] | None) -> list[tuple[BlockKey, memoryview | None]]:
+    """The ``read`` arguments of a ``read_many`` call, one pair per key (``dests`` checked for length)."""
+    if dests is None:
+        return [(k, None) for k in keys]
+    if len(dests) != len(keys):
+        raise ValueError(f"{len(keys)} keys but {len(dests)} destination buffers")
+    return list(zip(keys, dests, strict=True))
 
 
 class Backend(ABC):
@@ -68,6 +100,29 @@ class Backend(ABC):
     @abstractmethod
     def scan(self) -> Iterator[tuple[BlockKey, int]]:
         """Every stored key with its stored size, for rebuilding the index."""
+
+    # Bulk calls (zarr's Store.get_many/set_many style): item i of the result is the outcome of
+    # the single call for item i, in order, each reported on its own. The defaults loop over the
+    # single calls; stores that pay a round trip per request (S3, HTTP) override them to run the
+    # requests concurrently, which the tier then gets without changing.
+
+    def read_many(self, keys: Sequence[BlockKey],
+                  dests: Sequence[memoryview | None] | None = None) -> list[Outcome[tuple[BlockMeta, memoryview]]]:
+        """``read(keys[i], dests[i])`` for every key: the meta and payload, or the error it raised."""
+        return [outcome_of(self.read, k, dest) for k, dest in read_items(keys, dests)]
+
+    def write_many(self, items: Sequence[tuple[BlockKey, Sequence[Buffer], BlockMeta]]) -> list[Outcome[int]]:
+        """``put(key, payload, meta)`` for every item: the bytes stored, or the error it raised."""
+        return [outcome_of(self.put, k, payload, meta) for k, payload, meta in items]
+
+    def delete_many(self, keys: Sequence[BlockKey]) -> list[Exception | None]:
+        """Remove every key: None where the block is gone (deleted, or was absent), else the error.
+
+        Unlike ``delete`` it reports no sizes: the caller's index knows them, and a store that
+        would need an extra request per key to learn them (S3's HEAD) can skip it.
+        """
+        outcomes = [outcome_of(self.delete, k) for k in keys]
+        return [o if isinstance(o, Exception) else None for o in outcomes]
 
     def list_keys(self) -> Iterator[BlockKey]:
         """Every stored key, as cheaply as the store allows (names only: recovery reconciles

@@ -368,7 +368,8 @@ class Tier:
         return victims
 
     def _drop(self, victims: list[tuple[BlockKey, int]]) -> None:
-        """Delete evicted blocks, demoting them first to a write-back tier below."""
+        """Delete evicted blocks in one bulk call (S3 runs it concurrently), demoting them first to a
+        write-back tier below."""
         backend = self.backend
         if not victims or backend is None:
             return
@@ -376,10 +377,9 @@ class Tier:
         for key, _size in victims:
             if lower is not None and lower.write_mode == "back" and lower.up:
                 self._demote(key, lower)
-            try:
-                backend.delete(key)
-            except OSError as exc:
-                self._io_error(exc)
+        for failure in backend.delete_many([key for key, _size in victims]):
+            if failure is not None:
+                self._io_error(failure)
 
     def _demote(self, key: BlockKey, lower: Tier) -> None:
         assert self.backend is not None

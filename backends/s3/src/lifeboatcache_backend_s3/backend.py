@@ -32,7 +32,7 @@ import boto3
 import botocore.config
 import botocore.exceptions
 import xxhash
-from lifeboatcache_core.abc import Backend
+from lifeboatcache_core.abc import Backend, Outcome, outcome_of, read_items
 from lifeboatcache_core.chunkfile import (
     FIXED_LEN,
     TRAILER_LEN,
@@ -125,6 +125,8 @@ class S3Backend(Backend):
         self.endpoint = config.endpoint_url or "AWS S3"
         self.client = _make_client(config)
         self._parts = ThreadPoolExecutor(config.parallel_parts, thread_name_prefix=f"lifeboat-{tier}-parts")
+        # its own pool: a bulk read of a large block waits on _parts, which must not be the pool it runs in
+        self._bulk = ThreadPoolExecutor(config.parallel_requests, thread_name_prefix=f"lifeboat-{tier}-bulk")
 
     # ------------------------------------------------------------------ names
 
@@ -279,6 +281,7 @@ class S3Backend(Backend):
         return True
 
     def delete(self, key: BlockKey) -> int:
+        """HEAD (for the bytes freed, which ``delete`` reports), then DELETE; ``delete_many`` skips the HEAD."""
         name = self.object_name(key)
         try:
             size = int(self._call(f"HEAD {name}", self.client.head_object, Key=name)["ContentLength"])
@@ -286,6 +289,34 @@ class S3Backend(Backend):
             return 0
         self._call(f"DELETE {name}", self.client.delete_object, Key=name)
         return size
+
+    # ------------------------------------------------------------------ bulk: one request per key, concurrently
+
+    def _each(self, call: Callable[..., T], items: Sequence[tuple[Any, ...]]) -> list[Outcome[T]]:
+        """``call(*item)`` for every item on the bulk pool, outcomes in order (one item runs inline)."""
+        if len(items) <= 1:
+            return [outcome_of(call, *item) for item in items]
+        return list(self._bulk.map(lambda item: outcome_of(call, *item), items))
+
+    def read_many(self, keys: Sequence[BlockKey],
+                  dests: Sequence[memoryview | None] | None = None) -> list[Outcome[tuple[BlockMeta, memoryview]]]:
+        """Concurrent GETs: a batch costs about one round trip instead of one per block."""
+        return self._each(self.read, read_items(keys, dests))
+
+    def write_many(self, items: Sequence[tuple[BlockKey, Sequence[Buffer], BlockMeta]]) -> list[Outcome[int]]:
+        """Concurrent PUTs (each still atomic on its own)."""
+        return self._each(self.put, items)
+
+    def delete_many(self, keys: Sequence[BlockKey]) -> list[Exception | None]:
+        """Concurrent DELETEs without a HEAD first: S3 answers an absent key like a present one."""
+        return self._each(self._delete_object, [(k,) for k in keys])
+
+    def _delete_object(self, key: BlockKey) -> None:
+        name = self.object_name(key)
+        try:
+            self._call(f"DELETE {name}", self.client.delete_object, Key=name)
+        except KeyError:  # some S3-compatible stores answer 404 for an absent key: it is gone all the same
+            pass
 
     def quarantine(self, key: BlockKey, reason: str) -> None:
         name = self.object_name(key)
@@ -338,6 +369,7 @@ class S3Backend(Backend):
             raise TierUnavailableError(f"s3://{self.bucket}/{self.prefix}: probe read back different bytes")
 
     def close(self) -> None:
+        self._bulk.shutdown(wait=True)
         self._parts.shutdown(wait=True)
         self.client.close()
 

@@ -33,6 +33,8 @@ class S3Config(PluginConfig):
     part_size_mb: float = Field(default=16.0, ge=MIN_PART_MB)
     #: concurrent part uploads / ranged GETs for one large block
     parallel_parts: int = Field(default=4, ge=1, le=64)
+    #: concurrent requests of one bulk call (read_many / write_many / delete_many, e.g. an eviction)
+    parallel_requests: int = Field(default=16, ge=1, le=256)
     #: attempts per request, including the first (botocore "standard" retries: backoff + jitter)
     max_attempts: int = Field(default=3, ge=1, le=20)
     connect_timeout_s: float = Field(default=3.0, gt=0)

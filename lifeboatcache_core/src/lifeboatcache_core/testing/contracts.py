@@ -157,6 +157,37 @@ class BackendContract:
             t.join()
         assert bytes(backend.read(key(10))[1]) in (a, b)
 
+    def _put_many(self, b: Backend, blobs: dict[BlockKey, bytes]) -> None:
+        stored = b.write_many([(k, [data], meta_for(k, len(data))) for k, data in blobs.items()])
+        fits = [isinstance(n, int) and n >= len(d) for n, d in zip(stored, blobs.values(), strict=True)]
+        assert all(fits), stored
+
+    def test_bulk_read_and_write_report_every_key_in_order(self, backend: Backend) -> None:
+        blobs = {key(200 + i): os.urandom(3000 + i) for i in range(4)}
+        self._put_many(backend, blobs)
+        asked = [key(200), key(299), key(201), key(202), key(203)]
+        dest = memoryview(bytearray(len(blobs[key(201)])))
+        got = backend.read_many(asked, [None, None, dest, None, None])
+        assert isinstance(got[1], KeyError), "an absent block is reported as such, in its place"
+        for k, outcome in zip(asked, got, strict=True):
+            if k in blobs:
+                assert not isinstance(outcome, Exception), outcome
+                meta, payload = outcome
+                assert bytes(payload) == blobs[k] and meta.key == k.hex
+        assert bytes(dest) == blobs[key(201)], "a dest of the payload's size must receive the payload"
+        assert backend.read_many([]) == [] and backend.write_many([]) == []
+        with pytest.raises(ValueError):
+            backend.read_many([key(202)], [None, None])
+
+    def test_bulk_delete_reports_every_key_in_order(self, backend: Backend) -> None:
+        blobs = {key(210 + i): os.urandom(1000 + i) for i in range(4)}
+        self._put_many(backend, blobs)
+        assert backend.delete_many([key(210), key(299), key(211)]) == [None, None, None]  # absent: gone all the same
+        assert [backend.exists(k) for k in blobs] == [False, False, True, True]
+        gone, kept = backend.read_many([key(211), key(212)])
+        assert isinstance(gone, KeyError) and not isinstance(kept, Exception)
+        assert backend.delete_many([]) == []
+
     def test_persistence_across_instances(self, backend: Backend, tmp_path: Path) -> None:
         data = os.urandom(3000)
         self._put(backend, key(11), data)
@@ -223,6 +254,16 @@ class CorruptionContract:
         self.damage(backend, k, mutate)
         with pytest.raises(CorruptBlockError):
             backend.read(k, memoryview(bytearray(20_000)))
+
+    def test_bulk_read_reports_a_damaged_block_without_hiding_the_others(
+            self, stored: tuple[Backend, BlockKey, bytes]) -> None:
+        backend, k, _ = stored
+        good = key(3)
+        backend.put(good, [b"g" * 500], meta_for(good, 500))
+        self.damage(backend, k, lambda raw: raw[: len(raw) // 2])
+        damaged, fine = backend.read_many([k, good])
+        assert isinstance(damaged, CorruptBlockError)
+        assert not isinstance(fine, Exception) and bytes(fine[1]) == b"g" * 500
 
     def test_block_of_another_key_is_detected(self, tmp_path: Path) -> None:
         b = self.make_backend(tmp_path)

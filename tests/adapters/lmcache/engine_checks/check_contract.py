@@ -104,6 +104,7 @@ class TestL2AdapterContract(BackendContract):
 
     # Not applicable: operations LMCache does not call on this adapter.
     test_exists_and_delete = None
+    test_bulk_delete_reports_every_key_in_order = None
     test_scan_lists_every_block = None
     test_quarantine_removes_the_block = None
     test_probe_passes = None

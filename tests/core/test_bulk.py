@@ -1,0 +1,85 @@
+"""Backend bulk calls: the looping defaults report each key on its own; eviction deletes in one call."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from lifeboatcache_core.abc import Backend
+from lifeboatcache_core.builtin.dram import DramBackend
+from lifeboatcache_core.chunkfile import BlockMeta
+from lifeboatcache_core.keys import BlockKey
+
+from .helpers import blobs, keys, open_cache
+
+
+class FlakyDram(DramBackend):
+    """Fails one key with an I/O error, another with a bug."""
+
+    def __init__(self, io_fail: BlockKey, bug: BlockKey | None = None) -> None:
+        super().__init__(tier="t")
+        self.io_fail, self.bug = io_fail, bug
+
+    def read(self, key: BlockKey, dest: memoryview | None = None) -> tuple[BlockMeta, memoryview]:
+        if key == self.io_fail:
+            raise OSError("disk on fire")
+        if key == self.bug:
+            raise TypeError("a bug")
+        return super().read(key, dest)
+
+    def delete(self, key: BlockKey) -> int:
+        if key == self.io_fail:
+            raise OSError("disk on fire")
+        return super().delete(key)
+
+
+def test_default_bulk_calls_report_each_failure_in_its_place() -> None:
+    a, bad, c = keys(3)
+    backend = FlakyDram(io_fail=bad)
+    stored = backend.write_many([(k, [b"x" * 10], BlockMeta.new(k, 10)) for k in (a, bad, c)])
+    assert all(isinstance(n, int) for n in stored)
+    first, failed, last = backend.read_many([a, bad, c])
+    assert isinstance(failed, OSError) and str(failed) == "disk on fire"
+    assert not isinstance(first, Exception) and not isinstance(last, Exception)  # the failure hid nothing
+    gone_a, kept, gone_c = backend.delete_many([a, bad, c])
+    assert gone_a is None and gone_c is None and isinstance(kept, OSError)
+    assert not backend.exists(a) and backend.exists(bad) and not backend.exists(c)
+
+
+def test_a_bug_is_not_reported_as_a_storage_failure() -> None:
+    a, bad, bug = keys(3)
+    backend = FlakyDram(io_fail=bad, bug=bug)
+    backend.put(bug, [b"y"], BlockMeta.new(bug, 1))
+    with pytest.raises(TypeError):
+        backend.read_many([a, bug])
+
+
+def test_eviction_deletes_its_victims_in_one_bulk_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with open_cache(tmp_path) as cache:
+        cache.put(keys(10), blobs(10, 10_000))
+        tier = cache.all_tiers[0]
+        assert tier.backend is not None
+        calls: list[list[BlockKey]] = []
+        real = tier.backend.delete_many
+
+        def delete_many(ks: Sequence[BlockKey]) -> list[Exception | None]:
+            calls.append(list(ks))
+            return real(ks)
+
+        monkeypatch.setattr(tier.backend, "delete_many", delete_many)
+        tier.resize(int(3.5 * max(tier.index.values())))
+        assert len(calls) == 1 and len(calls[0]) == 7
+        assert sum(cache.exists(keys(10))) == 3 and not any(tier.backend.exists(k) for k in calls[0])
+
+
+def test_a_failed_eviction_delete_counts_as_a_tier_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with open_cache(tmp_path) as cache:
+        cache.put(keys(4), blobs(4, 10_000))
+        tier = cache.all_tiers[0]
+        backend: Backend | None = tier.backend
+        assert backend is not None
+        monkeypatch.setattr(backend, "delete_many", lambda ks: [OSError("read-only filesystem") for _ in ks])
+        errors = tier.stats.errors
+        tier.resize(int(2.5 * max(tier.index.values())))
+        assert tier.stats.errors == errors + 2 and len(tier.index) == 2
