@@ -104,6 +104,58 @@ def test_store_then_load_round_trips_rows_and_reports_hits(tmp_path: Path) -> No
     tier.shutdown()
 
 
+def chain_context(req_id: str, keys: list[bytes]) -> ReqContext:
+    """A request context as vLLM's scheduler fills it: every key's end-token position."""
+    ctx = ReqContext(req_id=req_id)
+    for i, key in enumerate(keys):
+        ctx.set_offload_key_position(key, (i + 1) * 128)
+    return ctx
+
+
+def held(tier: LifeboatTier, keys: list[bytes]) -> list[bool]:
+    assert tier.cache is not None
+    return tier.cache.exists([tier._key(k) for k in keys])
+
+
+SESSION_A = KEYS
+SESSION_B = [bytes([i]) * 32 + b"\0\0\0\0" for i in range(11, 15)]
+
+
+def test_chunks_hitting_in_vllms_cpu_tier_stay_in_a_full_tier(tmp_path: Path) -> None:
+    """A's chunks are used again from vLLM's CPU tier (never read from ours): a full tier keeps them."""
+    tier, region = make_tier(file_config(tmp_path / "t"))
+    region[:, :PAYLOAD] = 3
+    tier.submit_store(TransferJob(1, SESSION_A, np.arange(4, dtype=np.int32), False, chain_context("a1", SESSION_A)))
+    assert finish(tier, 1).success
+    tier.submit_store(TransferJob(2, SESSION_B, np.arange(4, 8, dtype=np.int32), False,
+                                  chain_context("b1", SESSION_B)))
+    assert finish(tier, 2).success
+    tier.on_request_finished(chain_context("a2", SESSION_A))  # A's next turn hit in the CPU tier
+    assert tier.cache is not None
+    nvme = tier.cache.tiers[0]
+    nvme.resize(nvme.used // 8 * 5)  # room for five of the eight chunks
+    assert held(tier, SESSION_A) == [True] * 4
+    assert held(tier, SESSION_B).count(True) == 1
+    tier.shutdown()
+
+
+def test_a_full_tier_gives_up_a_chain_tail_first_once_its_stores_land(tmp_path: Path) -> None:
+    """The recency update waits for the request's own stores, then orders the chain head-newest."""
+    config = file_config(tmp_path / "t")
+    config["tiers"][0]["io_threads"] = 1  # blocks land in job order: head first
+    tier, region = make_tier(config)
+    region[:, :PAYLOAD] = 5
+    ctx = chain_context("a1", SESSION_A)
+    tier.submit_store(TransferJob(1, SESSION_A, np.arange(4, dtype=np.int32), False, ctx))
+    tier.on_request_finished(ctx)  # vLLM finishes the request while its stores are in flight
+    assert finish(tier, 1).success
+    assert tier.cache is not None
+    nvme = tier.cache.tiers[0]
+    nvme.resize(nvme.used // 4 * 2)
+    assert held(tier, SESSION_A) == [True, True, False, False]
+    tier.shutdown()
+
+
 def test_corrupt_block_is_a_partial_promotion_not_an_error(tmp_path: Path) -> None:
     tier, region = make_tier(file_config(tmp_path / "t"))
     region[:4, :PAYLOAD] = 7

@@ -49,13 +49,29 @@ _ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1,
 
 @dataclass
 class _Pending:
-    """A vLLM job in flight as one cache job; ``done`` holds keys already known present (stores)."""
+    """A vLLM job in flight as one cache job."""
 
     job_id: int
     keys: list[OffloadKey]
     is_load: bool
     submitted: float
     nbytes: int
+    req_id: str = ""
+
+
+def request_chain(req_context: ReqContext) -> list[OffloadKey]:
+    """Every offload key of a request, head to tail: the chunks its prompt (and output) used.
+
+    vLLM's scheduler records the end-token position of each of the request's keys in the
+    request context (``set_offload_key_position``) whether the chunk hit in device KV, in
+    its CPU tier or nowhere; its own CPU-tier LRU orders recency by them. vLLM 0.32/0.33
+    offer no public accessor for the whole map, so this reads ``_offload_key_positions``
+    and returns ``[]`` where it is missing (another vLLM: no recency updates, nothing breaks).
+    """
+    positions = getattr(req_context, "_offload_key_positions", None)
+    if not isinstance(positions, dict) or not positions:
+        return []
+    return sorted(positions, key=positions.__getitem__)
 
 
 class LifeboatTierError(RuntimeError):
@@ -81,6 +97,9 @@ class LifeboatTier(SecondaryTierManager):
         self._pending: dict[int, _Pending] = {}
         self._ready: list[JobResult] = []
         self._lookups: dict[OffloadKey, Future[bool]] = {}
+        # per request: store jobs still in flight, and the recency update waiting for them
+        self._stores_in_flight: dict[str, int] = {}
+        self._touch_after: dict[str, list[BlockKey]] = {}
         self._lookup_pool: ThreadPoolExecutor | None = None
         # (chunks, row bytes) numpy view of the primary region: row slices without copies
         self._primary_rows: np.ndarray = np.asarray(primary_kv_view)
@@ -200,11 +219,35 @@ class LifeboatTier(SecondaryTierManager):
             self._ready.append(JobResult(job_metadata.job_id, success=True, transfer_time=0.0, transfer_bytes=0))
             return
         rows = self._rows(job_metadata.chunk_ids[i] for i in todo)
-        hint = BlockHint(tag=job_metadata.req_context.req_id)
-        cache_job = cache.submit_put([block_keys[i] for i in todo], rows, layout=self._layout,
-                                     hints=[hint] * len(todo))
+        req_context = job_metadata.req_context
+        hints = self._hints([keys[i] for i in todo], req_context)
+        cache_job = cache.submit_put([block_keys[i] for i in todo], rows, layout=self._layout, hints=hints)
+        req_id = req_context.req_id
         self._pending[cache_job] = _Pending(job_metadata.job_id, [keys[i] for i in todo], False,
-                                            time.monotonic(), len(todo) * self._payload_bytes)
+                                            time.monotonic(), len(todo) * self._payload_bytes, req_id)
+        self._stores_in_flight[req_id] = self._stores_in_flight.get(req_id, 0) + 1
+
+    def _hints(self, keys: list[OffloadKey], req_context: ReqContext) -> list[BlockHint | None]:
+        """Each chunk's place in its request's prefix chain (``depth``, ``parent``) for the policy.
+
+        No ``tag``: vLLM's request id names one turn, not the session, and a tag per turn would
+        split a session into as many episodes as it has turns.
+        """
+        positions = getattr(req_context, "_offload_key_positions", None)
+        if not isinstance(positions, dict):
+            return [None] * len(keys)
+        tokens = self._chunk_tokens
+        at = {(bytes(k)[-4:], p): k for k, p in positions.items()}  # (group, end token) -> key
+        hints: list[BlockHint | None] = []
+        for key in keys:
+            end = positions.get(key)
+            if end is None:
+                hints.append(None)
+                continue
+            parent = at.get((bytes(key)[-4:], end - tokens))
+            hints.append(BlockHint(parent=None if parent is None else self._key(parent),
+                                   depth=max(0, end // tokens - 1)))
+        return hints
 
     def submit_load(self, job_metadata: TransferJob) -> None:
         keys = list(job_metadata.keys)
@@ -220,6 +263,8 @@ class LifeboatTier(SecondaryTierManager):
         job = self._pending.pop(done.job_id, None)
         if job is None:
             return None
+        if not job.is_load:
+            self._store_finished(job.req_id)
         ok = all(done.ok)
         partial = None if ok or not job.is_load else [k for k, hit in zip(job.keys, done.ok, strict=True) if hit]
         if not ok and not job.is_load:
@@ -244,8 +289,45 @@ class LifeboatTier(SecondaryTierManager):
     def has_pending_work(self) -> bool:
         return bool(self._pending or self._ready)
 
+    # ------------------------------------------------------------------ recency
+
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
-        """Recency is tracked by the cache's own policy on reads; nothing to do per touch."""
+        """vLLM marks chunks used (head to tail); our policy sees them tail first, so the head is newest."""
+        if self.cache is not None and keys:
+            self.cache.touch([self._key(k) for k in reversed(list(keys))])
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        """The request used every chunk of its chain, wherever each hit: refresh their recency here.
+
+        A chunk that keeps hitting in vLLM's CPU tier (or device KV) is never read from ours;
+        without this our policy would see the hottest prefixes as the coldest blocks and a full
+        tier would evict them first, after which every later chunk of those sessions is
+        useless (a prompt hits only up to its first miss). Touched tail first so that a chain's
+        head is the most recent and a full tier gives up a session's tail before its head, as
+        vLLM's own CPU-tier LRU does. Stores of this request still in flight would land after
+        the touch as newest-of-all; the touch then waits for them (``_store_finished``).
+        """
+        cache = self.cache
+        if cache is None:
+            return
+        chain = [self._key(k) for k in reversed(request_chain(req_context))]
+        if not chain:
+            return
+        req_id = req_context.req_id
+        if self._stores_in_flight.get(req_id):
+            self._touch_after[req_id] = chain
+        else:
+            cache.touch(chain)
+
+    def _store_finished(self, req_id: str) -> None:
+        left = self._stores_in_flight.get(req_id, 0) - 1
+        if left > 0:
+            self._stores_in_flight[req_id] = left
+            return
+        self._stores_in_flight.pop(req_id, None)
+        chain = self._touch_after.pop(req_id, None)
+        if chain and self.cache is not None:
+            self.cache.touch(chain)
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
         return RequestOffloadingContext()
