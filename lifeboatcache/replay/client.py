@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import aiohttp
@@ -149,31 +151,56 @@ async def discover_model(http: aiohttp.ClientSession, base_url: str) -> tuple[st
     return str(data[0]["id"]), data[0].get("max_model_len")
 
 
-def parse_prometheus_counters(text: str, names: tuple[str, ...]) -> dict[str, float]:
-    """Sum each named counter over its labels (``name_total`` counts as ``name``)."""
-    totals: dict[str, float] = {}
+#: one Prometheus label pair: ``name="value"`` (values may hold escaped quotes)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prometheus_samples(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
+    """(metric name, labels, value) of every sample line of Prometheus text; NaN and junk skipped."""
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         metric, _, value = line.rpartition(" ")
-        base = metric.split("{", 1)[0]
-        base = base.removesuffix("_total")
+        name, _, labels = metric.partition("{")
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        if not math.isnan(number):
+            yield name.strip(), dict(_LABEL.findall(labels)), number
+
+
+def counter_key(name: str, label: str, value: str) -> str:
+    """The key of one label value of a counter split by ``label``, e.g. ``x{source="disk"}``."""
+    return f'{name}{{{label}="{value}"}}'
+
+
+def parse_prometheus_counters(text: str, names: tuple[str, ...],
+                              split_by: dict[str, str] | None = None) -> dict[str, float]:
+    """Sum each named counter over its labels (``name_total`` counts as ``name``).
+
+    A counter named in ``split_by`` is also summed per value of that label, under
+    :func:`counter_key` (vLLM's ``prompt_tokens_cached_by_source`` is split by ``source``).
+    """
+    split_by = split_by or {}
+    totals: dict[str, float] = {}
+    for metric, labels, number in parse_prometheus_samples(text):
+        base = metric.removesuffix("_total")
         if base in names:
-            try:
-                number = float(value)
-            except ValueError:
-                continue
-            if not math.isnan(number):
-                totals[base] = totals.get(base, 0.0) + number
+            totals[base] = totals.get(base, 0.0) + number
+        if base in split_by and split_by[base] in labels:
+            key = counter_key(base, split_by[base], labels[split_by[base]])
+            totals[key] = totals.get(key, 0.0) + number
     return totals
 
 
-async def scrape_counters(http: aiohttp.ClientSession, base_url: str, names: tuple[str, ...]) -> dict[str, float]:
+async def scrape_counters(http: aiohttp.ClientSession, base_url: str, names: tuple[str, ...],
+                          split_by: dict[str, str] | None = None) -> dict[str, float]:
     """The server's Prometheus counters, or {} when it exposes none (not every server does)."""
     try:
         async with http.get(base_url.rstrip("/") + "/metrics", timeout=aiohttp.ClientTimeout(total=10)) as response:
             if response.status != 200:
                 return {}
-            return parse_prometheus_counters(await response.text(), names)
+            return parse_prometheus_counters(await response.text(), names, split_by)
     except (aiohttp.ClientError, TimeoutError):
         return {}

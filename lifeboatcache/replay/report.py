@@ -8,7 +8,59 @@ from collections import Counter, defaultdict
 from rich.table import Table
 
 from lifeboatcache.replay import stats
+from lifeboatcache.replay.client import counter_key
+from lifeboatcache.replay.records import RequestRecord
 from lifeboatcache.replay.runner import ReplayResult
+
+#: vLLM's ``source`` label values of ``vllm:prompt_tokens_cached_by_source``, grouped as we report them
+CACHE_SOURCES = {"device": ("device",), "cpu": ("host",), "below": ("disk", "p2p"),
+                 "unattributed": ("external_unspecified",)}
+
+SOURCES_NOTE = (
+    "from cache by source (vLLM's Prometheus /metrics, read before and after each server's replay): "
+    "device = vllm:prompt_tokens_cached_by_source{source=device} (the engine's own prefix cache), "
+    "CPU = source=host (vLLM's CPU offload tier), below = source=disk/p2p (the tier below the CPU tier: "
+    "vLLM's fs tier or lifeboatcache), ? = source=external_unspecified (a connector hit vLLM could not "
+    "attribute). Counted by the scheduler when a request is admitted, so a request that is preempted and "
+    "re-admitted counts once, and they need not add up to the usage-reported 'from cache'; a server "
+    "without the by-source counter falls back to vllm:prefix_cache_hits (device) and "
+    "vllm:external_prefix_cache_hits (all external, shown as below). Shares are of the prompt tokens sent.")
+
+
+def cache_sources(result: ReplayResult) -> dict[str, float] | None:
+    """Prompt tokens served per cache source over the replay (see :data:`SOURCES_NOTE`); None without metrics."""
+    by_source = {group: sum(result.counter_delta(counter_key("vllm:prompt_tokens_cached_by_source", "source", v))
+                            or 0.0 for v in values) for group, values in CACHE_SOURCES.items()}
+    if result.counter_delta("vllm:prompt_tokens_cached_by_source") is not None:
+        return by_source
+    local = result.counter_delta("vllm:prefix_cache_hits")
+    if local is None:
+        return None
+    return {"device": local, "cpu": 0.0, "below": result.counter_delta("vllm:external_prefix_cache_hits") or 0.0,
+            "unattributed": 0.0, "fallback": 1.0}
+
+
+def cached_share(records: list[RequestRecord]) -> float | None:
+    """Usage-reported cached prompt tokens / prompt tokens of successful ``records``; None if unreported."""
+    ok = [r for r in records if r.ok]
+    reported = [r.cached_tokens for r in ok if r.cached_tokens is not None]
+    prompt = sum(r.prompt_tokens for r in ok)
+    return sum(reported) / prompt if reported and prompt else None
+
+
+def last_rounds(records: list[RequestRecord], fraction: float = 1 / 3) -> list[int]:
+    """The last ``fraction`` of the rounds seen (at least one), e.g. rounds 4 and 5 of six."""
+    rounds = 1 + max((r.turn for r in records), default=-1)
+    count = max(1, round(rounds * fraction)) if rounds else 0
+    return list(range(rounds - count, rounds))
+
+
+def round_summary(records: list[RequestRecord]) -> dict:
+    """TTFT and cache share of a group of requests (one round, e.g. the first after a restart)."""
+    ok = [r for r in records if r.ok]
+    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
+    return {"requests": len(records), "failed": len(records) - len(ok), "ttft_mean_s": stats.mean(ttfts),
+            "prompt_tokens": sum(r.prompt_tokens for r in ok), "cache_served_share": cached_share(records)}
 
 
 def summarize(result: ReplayResult) -> dict:
@@ -31,6 +83,10 @@ def summarize(result: ReplayResult) -> dict:
     for r in ok:
         if r.ttft_s is not None:
             per_round[r.turn].append(r.ttft_s)
+    by_round: dict[int, list[RequestRecord]] = defaultdict(list)
+    for r in result.records:
+        by_round[r.turn].append(r)
+    tail_rounds = last_rounds(result.records)
     examples: dict[str, str] = {}
     for r in failed:
         examples.setdefault(r.error or "", f"{r.session_id} turn {r.turn}: {r.error_detail}")
@@ -53,6 +109,11 @@ def summarize(result: ReplayResult) -> dict:
         "cache_served_share": (cached_tokens / prompt_tokens) if cached_tokens is not None and prompt_tokens else None,
         "engine_prefix_cache_hit_tokens": local_hits,
         "external_tier_hit_tokens": tier_hits,
+        "cached_tokens_by_source": cache_sources(result),
+        "server_counters": {name: result.counter_delta(name) for name in sorted(result.counters_after)},
+        "last_third_rounds": tail_rounds,
+        "cache_served_share_last_third": cached_share([r for r in result.records if r.turn in tail_rounds]),
+        "cache_served_share_per_round": {turn: cached_share(rs) for turn, rs in sorted(by_round.items())},
         "wall_s": result.wall_s,
         "ttft_mean_s_per_round": {turn: stats.mean(v) for turn, v in sorted(per_round.items())},
     }
@@ -69,15 +130,15 @@ def json_safe(value: object) -> object:
     return value
 
 
-def _seconds(value: float | None) -> str:
+def format_seconds(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.3f}"
 
 
-def _share(value: float | None) -> str:
+def format_share(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _tokens(value: float | None) -> str:
+def format_tokens(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
@@ -87,11 +148,11 @@ SUMMARY_COLUMNS = ("requests", "failed", "TTFT mean s", "P50 s", "P99 s", "out t
 
 def summary_row(summary: dict) -> list[str]:
     return [
-        str(summary["requests"]), str(summary["failed"]), _seconds(summary["ttft_mean_s"]),
-        _seconds(summary["ttft_p50_s"]), _seconds(summary["ttft_p99_s"]),
-        f"{summary['output_tokens_per_s']:.1f}", _tokens(summary["output_tokens"]),
-        _tokens(summary["prompt_tokens"]),
-        f"{_tokens(summary['cached_prompt_tokens'])} ({_share(summary['cache_served_share'])})",
+        str(summary["requests"]), str(summary["failed"]), format_seconds(summary["ttft_mean_s"]),
+        format_seconds(summary["ttft_p50_s"]), format_seconds(summary["ttft_p99_s"]),
+        f"{summary['output_tokens_per_s']:.1f}", format_tokens(summary["output_tokens"]),
+        format_tokens(summary["prompt_tokens"]),
+        f"{format_tokens(summary['cached_prompt_tokens'])} ({format_share(summary['cache_served_share'])})",
         f"{summary['wall_s']:.1f}",
     ]
 

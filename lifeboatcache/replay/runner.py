@@ -20,7 +20,12 @@ from lifeboatcache.replay.sessions import Session, Spawn, TokenMap, Turn
 
 #: vLLM counters (tokens) read before and after a run; their deltas are the run's cache hits.
 SERVER_COUNTERS = ("vllm:prompt_tokens", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
-                   "vllm:external_prefix_cache_queries", "vllm:external_prefix_cache_hits")
+                   "vllm:external_prefix_cache_queries", "vllm:external_prefix_cache_hits",
+                   "vllm:prompt_tokens_cached_by_source",
+                   # vLLM's tiering manager: jobs into / out of the tier below its CPU tier that failed
+                   "vllm:kv_offload_tiering_cascade_job_failures", "vllm:kv_offload_tiering_promotion_job_failures")
+#: counters also read per value of one label: cached prompt tokens per cache tier that supplied them
+SERVER_COUNTER_SPLITS = {"vllm:prompt_tokens_cached_by_source": "source"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,20 @@ class ReplayResult:
         return self.counters_after[name] - self.counters_before.get(name, 0.0)
 
 
+def merge_results(parts: Sequence[ReplayResult]) -> ReplayResult:
+    """One result from replays against successive servers (a restart between rounds).
+
+    Records are concatenated in order; wall time is the sum of the replays' own (the restart's
+    downtime is not serving time); each counter is the sum of its per-server deltas, because
+    a fresh server process starts its counters at zero.
+    """
+    deltas: dict[str, float] = {}
+    for part in parts:
+        for name in part.counters_after:
+            deltas[name] = deltas.get(name, 0.0) + (part.counter_delta(name) or 0.0)
+    return ReplayResult([r for part in parts for r in part.records], sum(p.wall_s for p in parts), {}, deltas)
+
+
 class _Replayer:
     def __init__(self, http: aiohttp.ClientSession, endpoint: Endpoint, options: ReplayOptions,
                  on_record: Callable[[RequestRecord], None] | None) -> None:
@@ -66,7 +85,7 @@ class _Replayer:
             self.on_record(record)
 
     async def session(self, session: Session) -> None:
-        index = 0
+        index = session.first_turn
         for step in session.steps:
             if isinstance(step, Spawn):
                 await asyncio.gather(*(self.session(child) for child in step.sessions))
@@ -93,11 +112,11 @@ async def replay(sessions: Sequence[Session], endpoint: Endpoint, options: Repla
         queue.put_nowait(session)
     connector = aiohttp.TCPConnector(limit=options.max_connections)
     async with aiohttp.ClientSession(connector=connector) as http:
-        before = await scrape_counters(http, endpoint.base_url, SERVER_COUNTERS)
+        before = await scrape_counters(http, endpoint.base_url, SERVER_COUNTERS, SERVER_COUNTER_SPLITS)
         replayer = _Replayer(http, endpoint, options, on_record)
         started = time.perf_counter()
         await asyncio.gather(*(replayer.agent(queue) for _ in range(min(options.agents, len(sessions)))))
         wall_s = time.perf_counter() - started
-        after = await scrape_counters(http, endpoint.base_url, SERVER_COUNTERS)
+        after = await scrape_counters(http, endpoint.base_url, SERVER_COUNTERS, SERVER_COUNTER_SPLITS)
     replayer.records.sort(key=lambda r: r.start_s)
     return ReplayResult(replayer.records, wall_s, before, after)

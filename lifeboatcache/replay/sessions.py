@@ -44,6 +44,27 @@ class Spawn:
 class Session:
     session_id: str
     steps: tuple[Turn | Spawn, ...] = field(default_factory=tuple)
+    #: index of the first turn in ``steps``: a session split at a restart keeps its round numbers
+    first_turn: int = 0
+
+    def split_at_round(self, rounds: int) -> tuple[Session, Session]:
+        """(turns ``[0, rounds)``, the rest), the same session id on both sides.
+
+        A sub-agent spawn goes with the parent turn that follows it (a trailing spawn with the
+        last part) and is not split: a sub-agent runs whole on the server that was up when its
+        parent launched it.
+        """
+        head: list[Turn | Spawn] = []
+        tail: list[Turn | Spawn] = []
+        turns_seen = self.first_turn
+        for step in self.steps:
+            (head if turns_seen < rounds else tail).append(step)
+            turns_seen += isinstance(step, Turn)
+        if tail and isinstance(tail[-1], Spawn) and not any(isinstance(s, Turn) for s in tail):
+            head += tail  # a trailing spawn after the last head turn stays with it
+            tail = []
+        return (Session(self.session_id, tuple(head), self.first_turn),
+                Session(self.session_id, tuple(tail), max(rounds, self.first_turn)))
 
     def turns(self) -> Iterator[Turn]:
         """Every turn of this session and its sub-agents, depth first."""
