@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
 
-from lifeboatcache.grid.configs import CONFIGS, EngineSettings
+from lifeboatcache.grid.configs import CONFIGS, EngineSettings, parse_configs
 from lifeboatcache.grid.console import wide_console
-from lifeboatcache.grid.driver import GridPlan, run_grid
+from lifeboatcache.grid.driver import RESTART_SIGNALS, GridPlan, run_grid
 from lifeboatcache.grid.plots import write_plots
 from lifeboatcache.grid.setup import BUNDLED_TRACES, detect_device, resolve_model, sessions_per_agent_count
-from lifeboatcache.grid.tables import markdown_table, rich_table
+from lifeboatcache.grid.tables import markdown_table, notes, rich_table, rich_tier_table
 from lifeboatcache.replay.runner import ReplayOptions
 from lifeboatcache.replay.sources import SourceChoice, token_map_for_scale
 
@@ -24,11 +25,20 @@ def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
 
 
+def _absolute_tier_paths(source: Path) -> bool:
+    from lifeboatcache.grid.configs import read_lifeboat_file
+
+    return any(Path(str(t.get("path", ""))).expanduser().is_absolute()
+               for t in read_lifeboat_file(source).get("tiers") or [] if t.get("path"))
+
+
 def register(app: typer.Typer) -> None:
     @app.command("grid")
     def grid(
         model: str = typer.Option("smollm2", help="Model path or HF id; 'smollm2' = the bundled SmolLM2-135M."),
-        configs: str = typer.Option("vllm,lifeboatcache", help=f"Comma list of {', '.join(CONFIGS)}."),
+        configs: str = typer.Option("vllm,lifeboatcache", help=f"Comma list of {', '.join(CONFIGS)}, or "
+                                    "lifeboatcache:PATH.toml (that file's tiers, codecs and policies; relative tier "
+                                    "paths go under each cell's own tier directory)."),
         dram_gb: str = typer.Option("0.25", help="Comma list of vLLM CPU-tier (DRAM) sizes in GiB."),
         agents: str = typer.Option("4", help="Comma list of concurrent agent counts."),
         rounds: int = typer.Option(6, help="Turns per session."),
@@ -46,6 +56,12 @@ def register(app: typer.Typer) -> None:
         vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="Extra vLLM flag (repeat), e.g. --vllm-arg=--tp=2."),
         out: Path = typer.Option(Path("grid-results"), help="Results directory (JSON, Markdown, PNG, logs)."),
         timeout: float = typer.Option(600.0, help="Per-request timeout in seconds."),
+        disk_gb: float = typer.Option(0.0, help="Put each cell's tier directory on a tmpfs of its own of this many "
+                                               "GiB (needs root), so a disk smaller than the run's KV fills up."),
+        restart_after_round: int = typer.Option(0, help="Stop the server after this many rounds and continue on a "
+                                                        "fresh one on the same tier directory (0: no restart)."),
+        restart_signal: str = typer.Option("TERM", help="How the restart stops the server: TERM or KILL (a crash)."),
+        server_program: str = typer.Option("", hidden=True, help="Another OpenAI server launcher (tests)."),
     ) -> None:
         """Fresh server per cell (empty caches and tiers), same sessions, one table and three plots.
 
@@ -54,10 +70,20 @@ def register(app: typer.Typer) -> None:
         --scale 0.25 --max-model-len 32768
         """
         console = wide_console()
-        names = [c.strip() for c in configs.split(",") if c.strip()]
-        unknown = [c for c in names if c not in CONFIGS]
-        if unknown:
-            raise typer.BadParameter(f"unknown configuration(s) {unknown}; choose from {', '.join(CONFIGS)}")
+        try:
+            columns = parse_configs(configs)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--configs") from None
+        signal_name = restart_signal.upper().removeprefix("SIG")
+        if signal_name not in RESTART_SIGNALS:
+            raise typer.BadParameter(f"choose from {', '.join(RESTART_SIGNALS)}", param_hint="--restart-signal")
+        if not 0 <= restart_after_round < rounds:
+            raise typer.BadParameter(f"must be between 1 and --rounds - 1 ({rounds - 1}), or 0 for no restart",
+                                     param_hint="--restart-after-round")
+        shared = [c.label for c in columns if c.source and _absolute_tier_paths(c.source)]
+        if shared:
+            console.print(f"[yellow]{', '.join(shared)}: absolute tier paths are used as written: the grid "
+                          "neither empties them between cells nor puts them on --disk-gb")
         agent_counts = _ints(agents)
         token_map = token_map_for_scale(scale)
         trace_dir = traces or (BUNDLED_TRACES if BUNDLED_TRACES.is_dir() and not synthetic else None)
@@ -68,12 +94,23 @@ def register(app: typer.Typer) -> None:
         settings = EngineSettings(
             model=resolve_model(model), served_name="model", device=detect_device() if device == "auto" else device,
             max_model_len=max_model_len, dtype=dtype, device_kv_blocks=device_kv_blocks or None,
-            block_size=block_size or None, extra_args=tuple(vllm_arg))
-        plan = GridPlan(names, _floats(dram_gb), agent_counts, settings,
+            block_size=block_size or None, extra_args=tuple(vllm_arg),
+            program=tuple(shlex.split(server_program)) or None)
+        plan = GridPlan(columns, _floats(dram_gb), agent_counts, settings,
                         ReplayOptions(max_tokens=max_tokens, think_scale=think_scale, token_map=token_map),
-                        out, timeout_s=timeout)
+                        out, timeout_s=timeout, disk_gb=disk_gb or None,
+                        restart_after_round=restart_after_round or None, restart_signal=signal_name)
         results = run_grid(plan, sessions_for, console)
         console.print(rich_table(results))
+        console.print(rich_tier_table(results))
+        for note in notes(results):
+            console.print(f"[dim]- {note}")
         (out / "grid.md").write_text(markdown_table(results))
         plots = write_plots(results, out / "plots")
         console.print(f"results: {out / 'grid.json'}, {out / 'grid.md'}; plots: {', '.join(map(str, plots))}")
+        failed = [r for r in results if r.failed]
+        if failed:
+            for r in failed:
+                why = r.root_cause or r.error or f"{r.summary.get('failed')} request(s) failed"
+                console.print(f"[red]cell {r.config} dram={r.dram_gb} agents={r.agents} failed: {why}")
+            raise typer.Exit(1)

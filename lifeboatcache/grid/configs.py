@@ -6,16 +6,22 @@
   ``LifeboatOffloadingSpec`` with no tier below it (only our CPU-platform worker).
 - ``vllm-fs``: vLLM's CPU tier plus vLLM's own ``fs`` secondary tier (raw files).
 - ``lifeboatcache``: vLLM's CPU tier plus lifeboatcache (file tier: hash-checked blocks).
+- ``lifeboatcache:PATH.toml``: vLLM's CPU tier plus the lifeboatcache stack of a config file
+  (its tiers, codecs, policies), labelled ``lifeboatcache:<file stem>``; see
+  :func:`cell_lifeboat_config` for what the grid changes in it so that every cell starts empty.
 
 Every offloading configuration moves 256-token chunks, so they differ only in the tier below.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lifeboatcache.grid.server import ServerSpec
 
@@ -55,18 +61,109 @@ def _cpu_platform_spec() -> tuple[str, str]:
     return "LifeboatOffloadingSpec", "lifeboatcache_vllm.spec"
 
 
-def lifeboat_config(dram_gb: float, tier_dir: Path, capacity_gb: float) -> dict:
-    """The lifeboatcache config of one cell: a fresh file tier, vLLM's CPU tier of ``dram_gb``."""
-    return {
-        "tiers": [{"name": "nvme", "backend": "file", "capacity_gb": capacity_gb, "path": str(tier_dir / "lifeboat")}],
-        "fallback_local": {"path": str(tier_dir / "fallback")},
-        "engine": {"native_cpu_gb": dram_gb, "native_block_tokens": CHUNK_TOKENS},
-        "dashboard": {"enabled": False},
-    }
+@dataclass(frozen=True)
+class GridConfig:
+    """One column of the grid: a named configuration, or lifeboatcache with a config file's stack."""
+
+    label: str  # what tables, plots and cell directories call it
+    kind: str  # one of CONFIGS
+    source: Path | None = None  # the lifeboatcache config file (``lifeboatcache:PATH.toml``)
 
 
-def kv_transfer_config(config: str, settings: EngineSettings, dram_gb: float, tier_dir: Path) -> dict | None:
+def read_lifeboat_file(path: Path) -> dict[str, Any]:
+    """The raw mapping of a lifeboatcache config file, validated; ``ValueError`` with the reason if bad."""
+    from lifeboatcache_core.config import load_config_dict, parse_text
+    from lifeboatcache_core.errors import ConfigError
+
+    try:
+        data = parse_text(path.read_text(), "yaml" if path.suffix in (".yaml", ".yml") else "toml")
+        load_config_dict(data)
+    except OSError as exc:
+        raise ValueError(f"lifeboatcache:{path}: cannot read it: {exc.strerror or exc}") from None
+    except ConfigError as exc:
+        raise ValueError(f"lifeboatcache:{path}: {exc}") from None
+    return data
+
+
+def parse_config(text: str) -> GridConfig:
+    """``vllm``, ``vllm-native-cpu``, ``vllm-fs``, ``lifeboatcache`` or ``lifeboatcache:PATH.toml``."""
+    if text in CONFIGS:
+        return GridConfig(text, text)
+    kind, _, path = text.partition(":")
+    if kind == "lifeboatcache" and path:
+        source = Path(path).expanduser().absolute()
+        read_lifeboat_file(source)  # a bad file fails the command line, not every cell
+        return GridConfig(f"lifeboatcache:{source.stem}", "lifeboatcache", source)
+    raise ValueError(f"unknown configuration {text!r}; choose from {', '.join(CONFIGS)} or lifeboatcache:PATH.toml")
+
+
+def parse_configs(text: str) -> list[GridConfig]:
+    """A comma list of :func:`parse_config` entries; labels must differ (they name tables and directories)."""
+    configs = [parse_config(c.strip()) for c in text.split(",") if c.strip()]
+    labels = [c.label for c in configs]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise ValueError(f"two columns named {', '.join(twice)}: give the config files different names")
+    return configs
+
+
+def as_config(config: str | GridConfig) -> GridConfig:
+    return config if isinstance(config, GridConfig) else parse_config(config)
+
+
+def _default_stack(capacity_gb: float) -> dict[str, Any]:
+    return {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": capacity_gb, "path": "lifeboat"}]}
+
+
+def _inside(tier_dir: Path, path: str, where: str) -> str:
+    """A relative tier path placed under ``tier_dir``; an absolute one kept as written."""
+    given = Path(path).expanduser()
+    if given.is_absolute():
+        return str(given)
+    placed = Path(os.path.normpath(tier_dir / given))
+    if not placed.is_relative_to(tier_dir):
+        raise ValueError(f"{where}: relative path {path!r} leaves the cell's tier directory")
+    return str(placed)
+
+
+def cell_lifeboat_config(data: dict[str, Any], dram_gb: float, tier_dir: Path,
+                         dashboard_port: int | None = None) -> dict[str, Any]:
+    """A cell's copy of a lifeboatcache config: its own empty tiers, the grid's CPU tier, our metrics.
+
+    - Every tier ``path`` that is relative is placed under the cell's ``tier_dir`` (``path =
+      "nvme"`` becomes ``<cell>/tiers/nvme``): each cell starts empty, and with ``--disk-gb``
+      its tiers sit on the cell's own small filesystem. An absolute path is used as written, for
+      a tier the user means to share (an NFS mount): the grid neither empties nor bounds it.
+    - ``fallback_local`` moves under ``tier_dir`` too; ``engine.native_cpu_gb`` becomes the
+      cell's DRAM size and ``engine.native_block_tokens`` the grid's chunk, so every column moves
+      the same chunks through the same CPU tier and differs only below it.
+    - The dashboard serves on ``dashboard_port`` (the grid reads our tier's counters from its
+      ``/metrics``), or is off without one.
+    """
+    config = copy.deepcopy(data)
+    for index, tier in enumerate(config.get("tiers") or []):
+        if isinstance(tier.get("path"), str):
+            tier["path"] = _inside(tier_dir, tier["path"], f"tiers[{index}].path")
+    config["fallback_local"] = {**(config.get("fallback_local") or {}), "path": str(tier_dir / "fallback")}
+    config["engine"] = {**(config.get("engine") or {}), "native_cpu_gb": dram_gb,
+                        "native_block_tokens": CHUNK_TOKENS}
+    dashboard = {"enabled": True, "port": dashboard_port} if dashboard_port else {"enabled": False}
+    config["dashboard"] = {**(config.get("dashboard") or {}), **dashboard}
+    return config
+
+
+def lifeboat_config(dram_gb: float, tier_dir: Path, capacity_gb: float, source: Path | None = None,
+                    dashboard_port: int | None = None) -> dict:
+    """The lifeboatcache config of one cell: ``source``'s stack (default: one file tier), made fresh."""
+    data = read_lifeboat_file(source) if source is not None else _default_stack(capacity_gb)
+    return cell_lifeboat_config(data, dram_gb, tier_dir, dashboard_port)
+
+
+def kv_transfer_config(config: str | GridConfig, settings: EngineSettings, dram_gb: float, tier_dir: Path,
+                       dashboard_port: int | None = None) -> dict | None:
     """The ``--kv-transfer-config`` of ``config`` (None for plain vLLM)."""
+    choice = as_config(config)
+    config = choice.kind
     on_cpu = settings.device == "cpu"
     if config == "vllm":
         return None
@@ -82,12 +179,17 @@ def kv_transfer_config(config: str, settings: EngineSettings, dram_gb: float, ti
         except ImportError as exc:
             raise RuntimeError("the lifeboatcache configuration needs the vLLM adapter: "
                                "pip install 'lifeboatcache[vllm]'") from exc
-        return kv_transfer_config_dict(lifeboat_config(dram_gb, tier_dir, settings.tier_capacity_gb))
+        return kv_transfer_config_dict(lifeboat_config(dram_gb, tier_dir, settings.tier_capacity_gb, choice.source,
+                                                       dashboard_port))
     raise ValueError(f"unknown configuration {config!r}; choose from {', '.join(CONFIGS)}")
 
 
-def server_spec(config: str, settings: EngineSettings, dram_gb: float, tier_dir: Path) -> ServerSpec:
-    """The full server command for one cell; ``tier_dir`` must be fresh (empty tiers per cell)."""
+def server_spec(config: str | GridConfig, settings: EngineSettings, dram_gb: float, tier_dir: Path,
+                dashboard_port: int | None = None) -> ServerSpec:
+    """The full server command for one cell; ``tier_dir`` must be fresh (empty tiers per cell).
+
+    ``dashboard_port``: where a lifeboatcache server serves our tier's ``/metrics``.
+    """
     args = ["--max-model-len", str(settings.max_model_len), "--dtype", settings.dtype, "--seed", "0",
             "--enable-prefix-caching", "--enable-prompt-tokens-details", "--disable-uvicorn-access-log"]
     # Equal block hashes across processes (restart reuse); LIFEBOAT_CACHE off so that only an
@@ -103,7 +205,7 @@ def server_spec(config: str, settings: EngineSettings, dram_gb: float, tier_dir:
         args.append("--enforce-eager")  # torch.compile costs ~95 s at start and does not help on CPU
         # both cores for the engine; the device-KV size comes from --num-gpu-blocks-override when given
         env.update({"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "1"})
-    transfer = kv_transfer_config(config, settings, dram_gb, tier_dir)
+    transfer = kv_transfer_config(config, settings, dram_gb, tier_dir, dashboard_port)
     if transfer is not None:
         args += ["--kv-transfer-config", json.dumps(transfer)]
     spec = ServerSpec(settings.model, settings.served_name, (*args, *settings.extra_args), env)

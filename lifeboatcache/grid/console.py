@@ -6,7 +6,7 @@ import sys
 
 from rich.console import Console
 
-LOG_WIDTH = 180  # the grid table has 14 columns; rich's 80-column default for pipes squashes them
+LOG_WIDTH = 240  # the grid table has 16 columns; rich's 80-column default for pipes squashes them
 
 
 def wide_console() -> Console:

@@ -8,6 +8,7 @@ looking up the version of a distribution named ``vllm``.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -35,14 +36,47 @@ class ServerSpec:
     env: dict[str, str] = field(default_factory=dict)
     program: tuple[str, ...] = (sys.executable, "-m", "vllm.entrypoints.openai.api_server")
 
+    def with_env(self, **env: str) -> ServerSpec:
+        """The same server with more environment variables."""
+        return ServerSpec(self.model, self.served_name, self.args, {**self.env, **env}, self.program)
+
     def command(self, port: int) -> list[str]:
         return [*self.program, "--model", self.model,
                 "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(port),
                 *self.args]
 
 
+#: vLLM's log prefix before a traceback line: ``(Worker pid=12) ERROR 12-01 08:42:04 [file.py:10] ``
+_LOG_PREFIX = re.compile(r"^(?:\([\w-]+ pid=\d+\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
+                         r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\]\s*)?")
+#: the last line of a traceback: ``ValueError: ...``, ``torch.OutOfMemoryError: ...``
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?::\s.*)?$")
+#: wrappers vLLM raises in the parent processes after the real failure in a child
+_WRAPPER_HINTS = ("root cause above", "for the root cause", "see the root cause")
+
+
+def root_cause(log_text: str) -> str | None:
+    """The engine's own reason for failing: the last exception line of the log that is not a wrapper.
+
+    vLLM's API server ends with ``RuntimeError: Engine core initialization failed. See root cause
+    above``; the line a user needs is the child's, e.g. ``ValueError: No common block size for 16
+    (CPU_ATTN: [MultipleOf(32)])``. Falls back to the last exception line, else None.
+    """
+    found = [line for raw in log_text.splitlines()
+             if _EXCEPTION_LINE.match(line := _LOG_PREFIX.sub("", raw.strip(), count=1).strip())]
+    real = [line for line in found if not any(hint in line.lower() for hint in _WRAPPER_HINTS)]
+    return (real or found or [None])[-1]
+
+
 class ServerFailed(RuntimeError):
-    """The server exited or did not become ready; the message ends with its log's tail."""
+    """The server exited or did not become ready; the message ends with its log's tail.
+
+    ``cause`` is the engine's root-cause line from the log (:func:`root_cause`), when there is one.
+    """
+
+    def __init__(self, message: str, cause: str | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class VllmServer:
@@ -54,11 +88,24 @@ class VllmServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def log_tail(self, lines: int = 25) -> str:
+    def log_text(self) -> str:
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            return self.log_path.read_text(errors="replace")
         except OSError:
-            return "(no log)"
+            return ""
+
+    def log_tail(self, lines: int = 25) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:]) or "(no log)"
+
+    def failure(self, what: str) -> ServerFailed:
+        """A :class:`ServerFailed` for ``what`` happened, naming the root cause first, then the log's tail."""
+        cause = root_cause(self.log_text())
+        reason = f": {cause}" if cause else ""
+        return ServerFailed(f"vLLM server {what}{reason} (log {self.log_path}):\n{self.log_tail()}", cause)
+
+    def exited(self) -> int | None:
+        """The exit status once the server process has ended, else None (still serving)."""
+        return None if self.process is None else self.process.poll()
 
     def start(self) -> VllmServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,8 +116,7 @@ class VllmServer:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise ServerFailed(f"vLLM server exited with status {self.process.returncode} while starting "
-                                   f"(log {self.log_path}):\n{self.log_tail()}")
+                raise self.failure(f"exited with status {self.process.returncode} while starting")
             try:
                 with urllib.request.urlopen(self.url + "/v1/models", timeout=2) as response:
                     if response.status == 200:
@@ -79,15 +125,17 @@ class VllmServer:
                 pass
             time.sleep(0.5)
         self.stop()
-        raise ServerFailed(f"vLLM server not ready after {self.start_timeout_s:.0f} s (log {self.log_path}):\n"
-                           f"{self.log_tail()}")
+        raise self.failure(f"not ready after {self.start_timeout_s:.0f} s")
 
-    def stop(self, grace_s: float = 30.0) -> None:
-        """SIGTERM the server's process group (it has engine children), then SIGKILL after ``grace_s``."""
+    def stop(self, grace_s: float = 30.0, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Send ``sig`` to the server's process group (it has engine children), SIGKILL after ``grace_s``.
+
+        ``SIGKILL`` is a crash: nothing in the server gets to flush or close its tiers.
+        """
         if self.process is None or self.process.poll() is not None:
             return
         pgid = os.getpgid(self.process.pid)
-        os.killpg(pgid, signal.SIGTERM)
+        os.killpg(pgid, sig)
         try:
             self.process.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
