@@ -1,0 +1,230 @@
+"""The grid's tier features on the fake server: config-file columns, a bounded disk, restarts,
+``from cache`` split by source, and a failed cell's root cause and exit status."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from lifeboatcache.grid import disk
+from lifeboatcache.grid.configs import EngineSettings, parse_config, parse_configs, server_spec
+from lifeboatcache.grid.driver import CellResult, GridPlan, run_grid
+from lifeboatcache.grid.server import root_cause
+from lifeboatcache.grid.tables import markdown_table
+from lifeboatcache.replay.client import parse_prometheus_counters
+from lifeboatcache.replay.report import cache_sources
+from lifeboatcache.replay.runner import SERVER_COUNTER_SPLITS, SERVER_COUNTERS, ReplayResult
+from lifeboatcache.replay.sessions import Session, Spawn, TokenMap, Turn
+from lifeboatcache.replay.synthetic import SyntheticSpec, generate_sessions
+
+from .conftest import FAKE_SERVER
+
+REPO = Path(__file__).resolve().parents[2]
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="--disk-gb mounts a tmpfs: needs root (CI runs as root)")
+BLOCK_SIZE_CAUSE = "ValueError: No common block size for 16 (CPU_ATTN: [MultipleOf(32)])."
+
+
+def _settings(tmp_path: Path, *extra: str) -> EngineSettings:
+    log = tmp_path / "requests.jsonl"
+    return EngineSettings(model="fake", served_name="fake-model",
+                          program=(sys.executable, str(FAKE_SERVER), "--log", str(log), *extra))
+
+
+def _sessions(count: int = 2, turns: int = 3) -> list[Session]:
+    return generate_sessions(SyntheticSpec(sessions=count, turns=turns, shared_prefix_tokens=128,
+                                           first_user_tokens=64, growth_tokens=64))
+
+
+def _plan(tmp_path: Path, configs: list, settings: EngineSettings, **kwargs: object) -> GridPlan:
+    from lifeboatcache.replay.runner import ReplayOptions
+
+    return GridPlan(configs, [0.1], [2], settings, ReplayOptions(max_tokens=2, token_map=TokenMap(tokens_per_block=2)),
+                    tmp_path / "out", start_timeout_s=60, **kwargs)
+
+
+def _by_config(results: list[CellResult]) -> dict[str, CellResult]:
+    return {r.config: r for r in results}
+
+
+# -- lifeboatcache:PATH.toml columns -------------------------------------------------------------------------------
+
+
+def test_a_config_file_is_a_column_with_its_stack_in_the_cell_directory(tmp_path: Path) -> None:
+    config = tmp_path / "lossless.toml"
+    config.write_text('[[tiers]]\nname = "ram"\nbackend = "dram"\ncapacity_gb = 1\n\n[[tiers]]\nname = "nvme"\n'
+                      'backend = "file"\npath = "nvme"\ncapacity_gb = 2\ncodec = "lossless"\n')
+    column = parse_config(f"lifeboatcache:{config}")
+    assert (column.label, column.kind) == ("lifeboatcache:lossless", "lifeboatcache")
+    results = run_grid(_plan(tmp_path, ["vllm", column], _settings(tmp_path)), {2: _sessions()}, Console(quiet=True))
+    cell = _by_config(results)["lifeboatcache:lossless"]
+    assert cell.error is None and cell.summary["requests"] == 6
+    assert Path(cell.tier_dir).parent.name == "lifeboatcache-lossless_dram0.1_agents2"
+    args = json.loads(Path(str(tmp_path / "requests.jsonl") + ".args").read_text())
+    ours = json.loads(args[args.index("--kv-transfer-config") + 1])["kv_connector_extra_config"]["lifeboatcache"]
+    assert [(t["name"], t["codec"], t.get("path")) for t in ours["tiers"]] == [
+        ("ram", "none", None), ("nvme", "lossless", str(Path(cell.tier_dir) / "nvme"))]
+    assert ours["engine"]["native_cpu_gb"] == 0.1 and ours["fallback_local"]["path"].startswith(cell.tier_dir)
+    assert ours["dashboard"]["enabled"] and cell.extra["tier"]["lifeboat"]["tiers"]["nvme"]["puts"] == 6
+    assert "| lifeboatcache:lossless | 0.1 | 2 |" in markdown_table(results)
+
+
+def test_config_files_are_checked_before_any_cell_runs(tmp_path: Path) -> None:
+    shipped = parse_config(f"lifeboatcache:{REPO / 'bench' / 'configs' / 'lossless.toml'}")
+    assert shipped.label == "lifeboatcache:lossless"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[tiers]]\nbackend = "file"\ncapacity_gb = 1\npath = "x"\ncodek = "lossless"\n')
+    with pytest.raises(ValueError, match="codek"):
+        parse_config(f"lifeboatcache:{bad}")
+    with pytest.raises(ValueError, match="two columns named lifeboatcache:lossless"):
+        parse_configs(f"lifeboatcache:{shipped.source},lifeboatcache:{shipped.source}")
+    escape = tmp_path / "escape.toml"
+    escape.write_text('[[tiers]]\nbackend = "file"\ncapacity_gb = 1\npath = "../../elsewhere"\n')
+    with pytest.raises(ValueError, match="leaves the cell's tier directory"):
+        server_spec(parse_config(f"lifeboatcache:{escape}"), EngineSettings(model="m"), 0.1, tmp_path / "tiers")
+
+
+# -- --disk-gb --------------------------------------------------------------------------------------------------------
+
+
+@needs_root
+def test_each_cell_gets_its_own_small_disk_that_fills_up_and_is_unmounted(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, "--kv-bytes-per-token", "32768")  # ~2.5 MiB of prompts on a 1 MiB disk
+    plan = _plan(tmp_path, ["vllm-fs", "lifeboatcache"], settings, disk_gb=1 / 1024)
+    results = _by_config(run_grid(plan, {2: _sessions(2, 4)}, Console(quiet=True)))
+    for cell in results.values():
+        assert cell.error is None, cell.error
+        assert not os.path.ismount(cell.tier_dir) and Path(cell.tier_dir).is_dir()
+        assert cell.extra["disk"]["total_bytes"] == 2**20 and cell.extra["disk"]["used_bytes"] > 2**19
+        assert cell.extra["tier"]["kept_serving"] and cell.extra["tier"]["store_errors"] > 0
+    assert results["vllm-fs"].extra["tier"]["evictions"] == 0  # vLLM's fs tier never evicts
+    assert results["lifeboatcache"].extra["tier"]["stores_refused"] == results["lifeboatcache"].extra["tier"][
+        "store_errors"]
+    table = markdown_table(list(results.values()))
+    assert "| vllm-fs | 0.1 | 2 | 0.000976562 | " in table and table.count("| yes |") == 2
+
+
+@needs_root
+def test_the_disk_is_unmounted_when_the_cell_fails(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, ["vllm-fs"], _settings(tmp_path, "--fail-start", BLOCK_SIZE_CAUSE), disk_gb=1 / 1024)
+    (cell,) = run_grid(plan, {2: _sessions()}, Console(quiet=True))
+    assert cell.error and not os.path.ismount(cell.tier_dir)
+    assert cell.extra["disk"]["total_bytes"] == 2**20
+
+
+def test_a_mount_that_is_not_permitted_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    def refuse(command: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(command, 32, "", "mount: only root can use \"--types\" option")
+
+    monkeypatch.setattr(disk, "_run", refuse)
+    with pytest.raises(disk.DiskError, match=r"cannot mount a 0.5 GiB tmpfs on .*only root"):
+        with disk.cell_disk(tmp_path / "tiers", 0.5):
+            pass
+
+
+# -- --restart-after-round ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signal_name", ["TERM", "KILL"])
+def test_a_restart_continues_the_same_sessions_on_a_fresh_server(tmp_path: Path, signal_name: str) -> None:
+    plan = _plan(tmp_path, ["vllm", "vllm-fs"], _settings(tmp_path), restart_after_round=2,
+                 restart_signal=signal_name)
+    results = _by_config(run_grid(plan, {2: _sessions(2, 3)}, Console(quiet=True)))
+    for cell in results.values():
+        assert cell.error is None and cell.summary["requests"] == 6
+        assert sorted(int(k) for k in cell.summary["ttft_mean_s_per_round"]) == [0, 1, 2]
+        first, second = (Path(p).read_text() for p in cell.extra["server_logs"])
+        assert ("graceful shutdown" in first) == (signal_name == "TERM") and "graceful shutdown" in second
+        after = cell.extra["after_restart"]
+        assert (after["round"], after["signal"], after["requests"], after["failed"]) == (2, signal_name, 2, 0)
+    # the fresh vLLM server remembers nothing; vLLM's fs tier serves the returning sessions from disk
+    fs, plain = results["vllm-fs"].extra["after_restart"], results["vllm"].extra["after_restart"]
+    assert fs["cache_served_share"] > plain["cache_served_share"]
+    assert fs["cached_tokens_by_source"]["below"] > 0 == plain["cached_tokens_by_source"]["below"]
+    assert results["vllm-fs"].summary["last_third_rounds"] == [2]
+    assert results["vllm-fs"].summary["cache_served_share_last_third"] > 0.5
+    assert "after round 2 (" + signal_name + ")" in markdown_table(list(results.values()))
+
+
+def test_a_session_splits_at_a_round_and_keeps_its_turn_numbers() -> None:
+    child = Session("child", (Turn(max_tokens=1),))
+    session = Session("s", (Turn(max_tokens=1), Spawn((child,)), Turn(max_tokens=2), Turn(max_tokens=3),
+                            Spawn((child,))))
+    head, tail = session.split_at_round(1)
+    assert [type(s).__name__ for s in head.steps] == ["Turn"]
+    assert [type(s).__name__ for s in tail.steps] == ["Spawn", "Turn", "Turn", "Spawn"] and tail.first_turn == 1
+    head, tail = session.split_at_round(3)
+    assert len(head.steps) == 5 and not tail.steps  # a trailing spawn stays with the last turn
+
+
+# -- from cache, split by source -------------------------------------------------------------------------------------
+
+VLLM_METRICS = """\
+# HELP vllm:prompt_tokens_cached_by_source_total Prefix-cache hit tokens by the cache tier that supplied them
+# TYPE vllm:prompt_tokens_cached_by_source_total counter
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="device"} 120.0
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="host"} 64.0
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="disk"} 32.0
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="p2p"} 0.0
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="external_unspecified"} 8.0
+vllm:prompt_tokens_cached_by_source_created{engine="0",model_name="m",source="device"} 1.7e9
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 120.0
+vllm:external_prefix_cache_hits_total{engine="0",model_name="m"} 104.0
+"""
+
+
+def test_cached_tokens_are_split_by_the_tier_that_served_them() -> None:
+    after = parse_prometheus_counters(VLLM_METRICS, SERVER_COUNTERS, SERVER_COUNTER_SPLITS)
+    assert after['vllm:prompt_tokens_cached_by_source{source="disk"}'] == 32.0
+    assert after["vllm:prompt_tokens_cached_by_source"] == 224.0  # the _created sample is not a count
+    result = ReplayResult([], 1.0, {}, after)
+    assert cache_sources(result) == {"device": 120.0, "cpu": 64.0, "below": 32.0, "unattributed": 8.0}
+    older = parse_prometheus_counters("\n".join(VLLM_METRICS.splitlines()[-2:]), SERVER_COUNTERS)
+    assert cache_sources(ReplayResult([], 1.0, {}, older)) == {"device": 120.0, "cpu": 0.0, "below": 104.0,
+                                                                "unattributed": 0.0, "fallback": 1.0}
+
+
+# -- failed cells: root cause and exit status --------------------------------------------------------------------------
+
+VLLM_FAILURE_LOG = """\
+(APIServer pid=5788) WARNING 12-01 08:41:28 [system_utils.py:255] Found ulimit of 20000 ... `OSError: [Errno 24]`
+(Worker pid=5944) ERROR 12-01 08:42:04 [multiproc_executor.py:1063]     raise ValueError(
+(Worker pid=5944) ERROR 12-01 08:42:04 [multiproc_executor.py:1063] ValueError: No common block size for 16 \
+(CPU_ATTN: [MultipleOf(32)]).
+(EngineCore pid=5871) ERROR 12-01 08:42:04 [core.py:1510] RuntimeError: Worker failed with error 'No common \
+block size for 16 (CPU_ATTN: [MultipleOf(32)]).', please check the stack trace above for the root cause
+    raise RuntimeError(
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore': 1}
+/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/resource_tracker.py:254: UserWarning: leaked
+"""
+
+
+def test_the_root_cause_is_the_engines_own_exception_not_the_wrapper() -> None:
+    assert root_cause(VLLM_FAILURE_LOG) == BLOCK_SIZE_CAUSE
+    assert root_cause("RuntimeError: Engine core initialization failed. See root cause above.") == (
+        "RuntimeError: Engine core initialization failed. See root cause above.")
+    assert root_cause("INFO started\nall good\n") is None
+
+
+def test_the_grid_exits_non_zero_and_names_the_root_cause(tmp_path: Path) -> None:
+    from lifeboatcache.cli import app
+
+    program = shlex.join([sys.executable, str(FAKE_SERVER), "--log", str(tmp_path / "r.jsonl"),
+                          "--fail-start", BLOCK_SIZE_CAUSE])
+    result = CliRunner().invoke(app, ["grid", "--model", "fake", "--synthetic", "--configs", "vllm", "--agents", "1",
+                                      "--rounds", "1", "--max-tokens", "2", "--out", str(tmp_path / "out"),
+                                      "--server-program", program], env={"COLUMNS": "400"})
+    assert result.exit_code == 1, result.output
+    assert "No common block size for 16" in result.output.replace("\n", " ")
+    cell = json.loads((tmp_path / "out" / "grid.json").read_text())["cells"][0]
+    assert cell["root_cause"] == BLOCK_SIZE_CAUSE and "exited with status 1 while starting" in cell["error"]
+    assert f"failed: {BLOCK_SIZE_CAUSE}" in (tmp_path / "out" / "grid.md").read_text()
