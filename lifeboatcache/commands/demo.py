@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
                                           help="Only the storage round trip across a restart (no engine, seconds)."),
         out: Path = typer.Option(Path("demo-results"), help="Where the engine demo writes its table, JSON and plots."),
     ) -> None:
-        """Plain vLLM vs lifeboatcache on agent sessions (SmolLM2 on CPU), then a restart served from the tier."""
+        """Plain vLLM, vLLM's offloading and lifeboatcache on agent sessions (SmolLM2 on CPU), then a restart."""
         if storage_only:
             raise typer.Exit(run_demo())
         from lifeboatcache.grid.console import wide_console
