@@ -32,6 +32,7 @@ from lifeboatcache_core.fleet import tier_class
 from lifeboatcache_core.keys import BlockKey, Namespace, check_key
 from lifeboatcache_core.plugins import get_registry
 from lifeboatcache_core.registry import PluginRegistry
+from lifeboatcache_core.threads import name_os_thread
 from lifeboatcache_core.tier import Tier, layout_from_meta
 
 if TYPE_CHECKING:
@@ -439,6 +440,7 @@ class TieredCache:
     # ------------------------------------------------------------------ health, stats
 
     def _monitor_loop(self) -> None:
+        name_os_thread("lifeboat-health")
         while not self._closed.wait(_MONITOR_INTERVAL_S):
             now = time.monotonic()
             for tier in list(self.all_tiers):

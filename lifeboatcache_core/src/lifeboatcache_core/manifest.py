@@ -39,6 +39,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from lifeboatcache_core.errors import LifeboatError
 from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.threads import name_os_thread
 
 log = logging.getLogger("lifeboatcache")
 
@@ -186,6 +187,7 @@ class Manifest:
     # ------------------------------------------------------------------ writer thread
 
     def _run(self) -> None:
+        name_os_thread("lifeboat-manif")
         while not self._closed.is_set():
             self._wake.wait(self.flush_interval)
             self._wake.clear()

@@ -23,6 +23,7 @@ from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.manifest import Manifest, ManifestError
 from lifeboatcache_core.metrics import OPS, LatencyHistogram, TierStats
 from lifeboatcache_core.recovery import RecoveryProgress, recover
+from lifeboatcache_core.threads import name_os_thread
 
 if TYPE_CHECKING:
     from lifeboatcache_core.config import TierConfig
@@ -65,8 +66,10 @@ class Tier:
         # Reads and writes have pools of their own: an engine waits for a load (its request
         # cannot start), never for a store, so a load must not queue behind a burst of stores
         # (one 7k-token prompt is ~30 stores of 6 MB). Each pool has ``io_threads`` threads.
-        self.read_pool = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix=f"lifeboat-{self.name}-read")
-        self.write_pool = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix=f"lifeboat-{self.name}-write")
+        self.read_pool = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix=f"lifeboat-{self.name}-read",
+                                            initializer=name_os_thread, initargs=("lifeboat-read",))
+        self.write_pool = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix=f"lifeboat-{self.name}-write",
+                                             initializer=name_os_thread, initargs=("lifeboat-write",))
         self.io_threads = cfg.io_threads
         self.lock = threading.Lock()
         self._space = threading.Condition(self.lock)  # signalled when a reservation is released

@@ -15,12 +15,14 @@ through ``get_finished_jobs``. A block that fails its checks is a miss for that 
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from lifeboatcache_core.abc import BlockHint, KVLayout
@@ -29,6 +31,7 @@ from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.config import LifeboatConfig
 from lifeboatcache_core.dashboard_hook import start_dashboard
 from lifeboatcache_core.keys import BlockKey, Namespace
+from lifeboatcache_core.threads import process_cpu_seconds, thread_cpu_seconds
 from vllm.v1.kv_offload.base import (
     Locality,
     LookupResult,
@@ -57,6 +60,21 @@ class _Pending:
     submitted: float
     nbytes: int
     req_id: str = ""
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def on_engine_thread(method: _F) -> _F:
+    """Count the CPU time a call costs the engine's scheduler thread (it runs nothing else meanwhile)."""
+    @functools.wraps(method)
+    def timed(self: LifeboatTier, *args: Any, **kwargs: Any) -> Any:
+        start = time.thread_time()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._engine_thread_cpu_s += time.thread_time() - start
+    return timed  # type: ignore[return-value]
 
 
 def request_chain(req_context: ReqContext) -> list[OffloadKey]:
@@ -100,6 +118,10 @@ class LifeboatTier(SecondaryTierManager):
         # per request: store jobs still in flight, and the recency update waiting for them
         self._stores_in_flight: dict[str, int] = {}
         self._touch_after: dict[str, list[BlockKey]] = {}
+        # what our tier costs the engine: CPU on its scheduler thread, chunks moved (cpu_report)
+        self._engine_thread_cpu_s = 0.0
+        self._chunks_stored = self._chunks_loaded = 0
+        self._process_cpu_at_start = process_cpu_seconds()
         self._lookup_pool: ThreadPoolExecutor | None = None
         # (chunks, row bytes) numpy view of the primary region: row slices without copies
         self._primary_rows: np.ndarray = np.asarray(primary_kv_view)
@@ -180,6 +202,7 @@ class LifeboatTier(SecondaryTierManager):
 
     # ------------------------------------------------------------------ lookups
 
+    @on_engine_thread
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         cache = self.cache
         if cache is None:
@@ -206,6 +229,7 @@ class LifeboatTier(SecondaryTierManager):
 
     # ------------------------------------------------------------------ transfers
 
+    @on_engine_thread
     def submit_store(self, job_metadata: TransferJob) -> None:
         keys = list(job_metadata.keys)
         cache = self.cache
@@ -249,6 +273,7 @@ class LifeboatTier(SecondaryTierManager):
                                    depth=max(0, end // tokens - 1)))
         return hints
 
+    @on_engine_thread
     def submit_load(self, job_metadata: TransferJob) -> None:
         keys = list(job_metadata.keys)
         cache = self.cache
@@ -270,9 +295,14 @@ class LifeboatTier(SecondaryTierManager):
         if not ok and not job.is_load:
             log.debug("lifeboatcache: %d of %d chunks not stored", done.ok.count(False), len(done.ok))
         moved = done.count * self._payload_bytes
+        if job.is_load:
+            self._chunks_loaded += done.count
+        else:
+            self._chunks_stored += done.count
         return JobResult(job.job_id, success=ok, successful_keys=partial,
                          transfer_time=time.monotonic() - job.submitted, transfer_bytes=moved)
 
+    @on_engine_thread
     def get_finished_jobs(self) -> Iterable[JobResult]:
         out, self._ready = self._ready, []
         if self.cache is not None and self._pending:
@@ -291,11 +321,13 @@ class LifeboatTier(SecondaryTierManager):
 
     # ------------------------------------------------------------------ recency
 
+    @on_engine_thread
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
         """vLLM marks chunks used (head to tail); our policy sees them tail first, so the head is newest."""
         if self.cache is not None and keys:
             self.cache.touch([self._key(k) for k in reversed(list(keys))])
 
+    @on_engine_thread
     def on_request_finished(self, req_context: ReqContext) -> None:
         """The request used every chunk of its chain, wherever each hit: refresh their recency here.
 
@@ -344,10 +376,27 @@ class LifeboatTier(SecondaryTierManager):
             if result is not None:
                 self._ready.append(result)
 
+    def cpu_report(self) -> dict[str, float]:
+        """CPU seconds our tier cost this engine process so far, and per 1,000 chunks moved.
+
+        ``tier_threads_s``: our I/O, manifest and health threads; ``engine_thread_s``: our calls
+        on vLLM's scheduler thread (lookups, submits, polls, recency); ``process_s``: the whole
+        EngineCore process since the tier started, the engine's own work included.
+        """
+        threads = thread_cpu_seconds()
+        moved = self._chunks_stored + self._chunks_loaded
+        ours = threads + self._engine_thread_cpu_s
+        return {"chunks_stored": self._chunks_stored, "chunks_loaded": self._chunks_loaded,
+                "tier_threads_s": round(threads, 3), "engine_thread_s": round(self._engine_thread_cpu_s, 3),
+                "ours_per_1000_chunks_s": round(1000 * ours / moved, 3) if moved else 0.0,
+                "process_s": round(process_cpu_seconds() - self._process_cpu_at_start, 3)}
+
     def shutdown(self) -> None:
         if self.cache is None:
             return
         self.drain_jobs()
+        # one line a benchmark (``lifeboatcache grid``) or an operator can read after the run
+        log.info("lifeboatcache tier cpu: %s", json.dumps(self.cpu_report()))
         if self._lookup_pool is not None:
             self._lookup_pool.shutdown(wait=True, cancel_futures=True)
         self.cache.close()
