@@ -6,7 +6,10 @@ selects it, so one broken optional package breaks only its own names (fsspec's r
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.metadata
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,25 +23,47 @@ from lifeboatcache_core.errors import (
 Kind = Literal["backend", "codec", "policy", "adapter"]
 KINDS: tuple[Kind, ...] = ("backend", "codec", "policy", "adapter")
 
-# First-party names whose package may simply not be installed: name -> (dist, extra).
-# Lets `backend = "s3"` without the package say exactly what to install.
-FIRST_PARTY: dict[tuple[Kind, str], tuple[str, str]] = {
-    ("backend", "s3"): ("lifeboatcache-backend-s3", "s3"),
-    ("backend", "nfs"): ("lifeboatcache-backend-nfs", "nfs"),
-    ("backend", "ontap"): ("lifeboatcache-backend-ontap", "ontap"),
-    ("backend", "fsspec"): ("lifeboatcache-backend-fsspec", "fsspec"),
-    ("codec", "fp8"): ("lifeboatcache-codec-fp8", "fp8"),
-    ("codec", "lossless"): ("lifeboatcache-codec-lossless", "lossless"),
-    ("codec", "lbq"): ("lifeboatcache-codec-lbq", "lbq"),
-    ("codec", "oscar"): ("lifeboatcache-codec-lbq", "lbq"),
-    ("codec", "int2"): ("lifeboatcache-codec-lbq", "lbq"),
-    ("policy", "arc"): ("lifeboatcache-policy-arc", "arc"),
-    ("policy", "score"): ("lifeboatcache-policy-score", "score"),
-    ("policy", "epicache"): ("lifeboatcache-policy-epicache", "epicache"),
-    ("adapter", "vllm"): ("lifeboatcache-vllm", "vllm"),
-    ("adapter", "sglang"): ("lifeboatcache-sglang", "sglang"),
-    ("adapter", "lmcache"): ("lifeboatcache-lmcache", "lmcache"),
-}
+#: the application distribution; its extras name the first-party plugin packages
+APP_DISTRIBUTION = "lifeboatcache"
+#: distribution name prefix -> kind (DESIGN §2 naming); any other ``lifeboatcache-<x>`` is an adapter
+_DIST_KINDS: tuple[tuple[str, Kind], ...] = (
+    ("lifeboatcache-backend-", "backend"), ("lifeboatcache-codec-", "codec"), ("lifeboatcache-policy-", "policy"),
+)
+_EXTRA_REQUIREMENT = re.compile(r"""^\s*([A-Za-z0-9][A-Za-z0-9._-]*)[^;]*;\s*extra\s*==\s*["']([^"']+)["']\s*$""")
+
+
+def first_party_from_requirements(requirements: list[str]) -> dict[tuple[Kind, str], tuple[str, str]]:
+    """``(kind, name) -> (distribution, extra)`` from the app's ``Requires-Dist`` lines.
+
+    The app has one extra per first-party plugin name (its setup.py computes them from the
+    package folders), so ``name`` is the extra and the distribution's name says the kind.
+    """
+    out: dict[tuple[Kind, str], tuple[str, str]] = {}
+    for line in requirements:
+        match = _EXTRA_REQUIREMENT.match(line)
+        if match is None:
+            continue
+        dist, extra = match.group(1).lower().replace("_", "-"), match.group(2)
+        if not dist.startswith("lifeboatcache-") or dist.startswith("lifeboatcache-core"):
+            continue
+        kind: Kind = next((k for prefix, k in _DIST_KINDS if dist.startswith(prefix)), "adapter")
+        out[(kind, extra)] = (dist, extra)
+    return out
+
+
+@functools.cache
+def first_party() -> dict[tuple[Kind, str], tuple[str, str]]:
+    """First-party names whose package may simply not be installed: ``(kind, name) -> (dist, extra)``.
+
+    Lets ``backend = "s3"`` without the package say exactly what to install. Read from the
+    installed app's metadata rather than listed here, so a new first-party package needs no
+    edit to core; with the core alone installed there is no hint (an unknown name).
+    """
+    try:
+        requirements = importlib.metadata.requires(APP_DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        requirements = []
+    return first_party_from_requirements(requirements)
 
 
 @dataclass
@@ -144,16 +169,16 @@ class PluginRegistry:
                 f"{kind} {name!r}: its plugin {failed.plugin!r} ({failed.distribution}) failed to load: "
                 f"{failed.status.removeprefix('FAILED: ')}"
             ) from failed.error
-        if (kind, name) in FIRST_PARTY:
-            dist, extra = FIRST_PARTY[(kind, name)]
-            raise MissingPluginPackageError(kind, name, dist, extra)
+        hint = first_party().get((kind, name))
+        if hint is not None:
+            raise MissingPluginPackageError(kind, name, *hint)
         raise UnknownPluginError(kind, name, self.names(kind))
 
     def _failed_plugin_for(self, kind: Kind, name: str) -> PluginStatus | None:
         for status in self.plugins.values():
             if status.error is not None and status.plugin == name:
                 return status
-        dist = FIRST_PARTY.get((kind, name), (None,))[0]
+        dist = first_party().get((kind, name), (None,))[0]
         for status in self.plugins.values():
             if status.error is not None and dist and status.distribution == dist:
                 return status
