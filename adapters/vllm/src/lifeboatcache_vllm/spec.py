@@ -12,25 +12,29 @@ Over ``TieringOffloadingSpec`` it
   (default: a quarter of RAM, at most 16 GiB);
 - computes the namespace fingerprint once (``lifeboat_namespace``) for ``LifeboatTier``;
 - returns :class:`~lifeboatcache_vllm.worker.CpuOffloadingWorker` on vLLM's CPU platform,
-  where the stock spec refuses to offload.
+  where the stock spec refuses to offload, and there unlinks the CPU tier's /dev/shm file as
+  soon as the whole engine has mapped it, so that no exit path can leak it
+  (:mod:`lifeboatcache_vllm.region`). On CUDA-alike and XPU platforms vLLM's worker and region
+  handling are used unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Any
 
 from lifeboatcache_core.config import EngineConfig
 from lifeboatcache_core.errors import ConfigError
 from lifeboatcache_core.keys import Namespace
 from vllm.platforms import current_platform
-from vllm.v1.kv_offload.base import CanonicalKVCaches, OffloadingWorker
+from vllm.v1.kv_offload.base import CanonicalKVCaches, OffloadingManager, OffloadingWorker
 from vllm.v1.kv_offload.config import OffloadingConfig
-from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
 from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 
 from lifeboatcache_vllm.fingerprint import namespace_for
+from lifeboatcache_vllm.region import WorkerRegion, drop_name, region_path, sweep_dead_regions
 from lifeboatcache_vllm.settings import AUTO_CHUNK_TOKENS, EXTRA_KEY, cpu_bytes, resolve_config
 
 log = logging.getLogger("lifeboatcache.vllm")
@@ -87,6 +91,27 @@ class LifeboatOffloadingSpec(TieringOffloadingSpec):
     def _uses_stock_worker(self) -> bool:
         return bool(current_platform.is_cuda_alike() or current_platform.is_xpu())
 
+    def get_manager(self) -> OffloadingManager:
+        """vLLM's tiering manager; on the CPU path the region's name is dropped once it is mapped.
+
+        The workers created and mapped the file while registering their KV caches; this
+        (EngineCore's scheduler) maps it last, by name. From then on nothing opens it again,
+        so it is unlinked, also when building the manager fails: the engine cannot start then.
+        If the file does not exist yet, this call creates it and workers still have to join
+        by name: vLLM's own cleanup keeps that case.
+        """
+        if self._manager is not None or self._uses_stock_worker():
+            return super().get_manager()
+        path = region_path(self._engine_id)
+        workers_mapped = os.path.exists(path)
+        if not workers_mapped:
+            log.warning("lifeboatcache: %s did not exist before the scheduler; it is left to vLLM's cleanup", path)
+        try:
+            return super().get_manager()
+        finally:
+            if workers_mapped:
+                drop_name(path)
+
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
         if self._uses_stock_worker():
             return super().get_worker(kv_caches)
@@ -97,7 +122,8 @@ class LifeboatOffloadingSpec(TieringOffloadingSpec):
             from lifeboatcache_vllm.worker import CpuOffloadingWorker
 
             rank = 0 if self.replicated_layout else self.config.parallel.rank
-            region = SharedOffloadRegion(
+            sweep_dead_regions(self.num_chunks * self.kv_bytes_per_chunk)
+            region = WorkerRegion(
                 engine_id=self._engine_id, num_chunks=self.num_chunks, rank=rank,
                 kv_bytes_per_chunk=self.kv_bytes_per_chunk, cpu_page_size=self.cpu_page_size_per_worker,
             )
