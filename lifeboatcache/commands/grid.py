@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from lifeboatcache.grid.configs import CONFIGS, EngineSettings, parse_configs
+from lifeboatcache.grid.configs import CONFIGS, EngineSettings, absolute_tier_paths, parse_configs
 from lifeboatcache.grid.console import wide_console
 from lifeboatcache.grid.driver import RESTART_SIGNALS, GridPlan, run_grid
 from lifeboatcache.grid.plots import write_plots
@@ -23,13 +23,6 @@ def _floats(text: str) -> list[float]:
 
 def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
-
-
-def _absolute_tier_paths(source: Path) -> bool:
-    from lifeboatcache.grid.configs import read_lifeboat_file
-
-    return any(Path(str(t.get("path", ""))).expanduser().is_absolute()
-               for t in read_lifeboat_file(source).get("tiers") or [] if t.get("path"))
 
 
 def register(app: typer.Typer) -> None:
@@ -63,7 +56,12 @@ def register(app: typer.Typer) -> None:
         restart_signal: str = typer.Option("TERM", help="How the restart stops the server: TERM or KILL (a crash)."),
         server_program: str = typer.Option("", hidden=True, help="Another OpenAI server launcher (tests)."),
     ) -> None:
-        """Fresh server per cell (empty caches and tiers), same sessions, one table and three plots.
+        """Fresh server per cell (empty caches and tiers), same sessions, two tables and three plots.
+
+        Exits 1 when a cell failed (its server did not start or died, naming the engine's root
+        cause, or a request failed), so scripts and CI notice. Bounded disk and restart:
+        --configs vllm-fs,lifeboatcache,lifeboatcache:bench/configs/lossless.toml --disk-gb 0.2
+        --restart-after-round 2 --restart-signal KILL.
 
         On a GPU host: lifeboatcache grid --model meta-llama/Llama-3.1-8B-Instruct --device cuda
         --configs vllm,vllm-native-cpu,vllm-fs,lifeboatcache --dram-gb 8,32 --agents 8,32
@@ -80,7 +78,7 @@ def register(app: typer.Typer) -> None:
         if not 0 <= restart_after_round < rounds:
             raise typer.BadParameter(f"must be between 1 and --rounds - 1 ({rounds - 1}), or 0 for no restart",
                                      param_hint="--restart-after-round")
-        shared = [c.label for c in columns if c.source and _absolute_tier_paths(c.source)]
+        shared = [c.label for c in columns if absolute_tier_paths(c)]
         if shared:
             console.print(f"[yellow]{', '.join(shared)}: absolute tier paths are used as written: the grid "
                           "neither empties them between cells nor puts them on --disk-gb")

@@ -107,6 +107,14 @@ def parse_configs(text: str) -> list[GridConfig]:
     return configs
 
 
+def absolute_tier_paths(config: GridConfig) -> list[str]:
+    """The tier paths of a config file that the grid uses as written (see :func:`cell_lifeboat_config`)."""
+    if config.source is None:
+        return []
+    tiers = read_lifeboat_file(config.source).get("tiers") or []
+    return [t["path"] for t in tiers if isinstance(t.get("path"), str) and Path(t["path"]).expanduser().is_absolute()]
+
+
 def as_config(config: str | GridConfig) -> GridConfig:
     return config if isinstance(config, GridConfig) else parse_config(config)
 

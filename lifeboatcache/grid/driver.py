@@ -30,6 +30,8 @@ RESTART_SIGNALS = {"TERM": signal.SIGTERM, "KILL": signal.SIGKILL}
 
 @dataclass
 class GridPlan:
+    """What a grid runs: its columns (configs) x DRAM sizes x agent counts, and how each cell runs."""
+
     configs: Sequence[str | GridConfig]
     dram_gb: Sequence[float]
     agents: Sequence[int]
@@ -74,7 +76,8 @@ def phases(sessions: Sequence[Session], restart_after_round: int | None) -> list
     if not restart_after_round:
         return [list(sessions)]
     halves = [session.split_at_round(restart_after_round) for session in sessions]
-    return [[head for head, _ in halves], [tail for _, tail in halves if tail.steps]]
+    tails = [tail for _, tail in halves if tail.steps]
+    return [[head for head, _ in halves]] + ([tails] if tails else [])  # sessions too short: no restart
 
 
 @dataclass

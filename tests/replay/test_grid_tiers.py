@@ -119,6 +119,15 @@ def test_the_disk_is_unmounted_when_the_cell_fails(tmp_path: Path) -> None:
     assert cell.extra["disk"]["total_bytes"] == 2**20
 
 
+@needs_root
+def test_ctrl_c_inside_a_cell_still_unmounts(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        with disk.cell_disk(tmp_path / "tiers", 1 / 1024) as tiers:
+            assert os.path.ismount(tiers) and disk.disk_usage(tiers)["total_bytes"] == 2**20
+            raise KeyboardInterrupt
+    assert not os.path.ismount(tmp_path / "tiers")
+
+
 def test_a_mount_that_is_not_permitted_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import subprocess
 
