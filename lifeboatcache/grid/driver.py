@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from lifeboatcache.grid.configs import EngineSettings, GridConfig, as_config, server_spec
-from lifeboatcache.grid.disk import cell_disk, disk_usage
+from lifeboatcache.grid.disk import cell_disk, disk_usage, unmount
 from lifeboatcache.grid.server import ServerFailed, VllmServer, free_port
 from lifeboatcache.grid.tiers import merge_lifeboat, scrape_lifeboat, tier_outcome
 from lifeboatcache.replay.client import Endpoint
@@ -120,9 +120,11 @@ def run_cell(plan: GridPlan, config: str | GridConfig, dram_gb: float | None, ag
     """
     config = as_config(config)
     directory = cell_dir(plan.out_dir, config.label, dram_gb, agents)
+    tier_dir = directory / "tiers"
+    if tier_dir.is_mount():  # a grid killed outright (SIGKILL) could not unmount its last cell
+        unmount(tier_dir)
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
-    tier_dir = directory / "tiers"
     label = f"{config.label} dram={'-' if dram_gb is None else f'{dram_gb:g}G'} agents={agents}"
     result = CellResult(config.label, dram_gb, agents, {}, str(tier_dir), str(directory / "server.log"))
     done: list[_Phase] = []
@@ -160,9 +162,10 @@ def run_cell(plan: GridPlan, config: str | GridConfig, dram_gb: float | None, ag
     if plan.restart_after_round and len(done) > 1:
         top = {s.session_id for s in sessions}
         first = [r for r in done[1].replayed.records if r.turn == plan.restart_after_round and r.session_id in top]
+        # the by-source split comes from the server's counters: the fresh server's whole replay, not one round
         result.extra["after_restart"] = {"round": plan.restart_after_round, "signal": plan.restart_signal,
                                          **round_summary(first),
-                                         "cached_tokens_by_source": summarize(done[1].replayed)[
+                                         "fresh_server_cached_tokens_by_source": summarize(done[1].replayed)[
                                              "cached_tokens_by_source"]}
     return result
 

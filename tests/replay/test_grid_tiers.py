@@ -120,6 +120,15 @@ def test_the_disk_is_unmounted_when_the_cell_fails(tmp_path: Path) -> None:
 
 
 @needs_root
+def test_a_mount_left_by_a_killed_grid_is_released_before_the_cell_reruns(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, ["vllm-fs"], _settings(tmp_path), disk_gb=1 / 1024)
+    stale = tmp_path / "out" / "cells" / "vllm-fs_dram0.1_agents2" / "tiers"
+    disk.mount_tmpfs(stale, 1 / 1024)
+    (cell,) = run_grid(plan, {2: _sessions()}, Console(quiet=True))
+    assert cell.error is None and not stale.is_mount()
+
+
+@needs_root
 def test_ctrl_c_inside_a_cell_still_unmounts(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         with disk.cell_disk(tmp_path / "tiers", 1 / 1024) as tiers:
@@ -158,7 +167,8 @@ def test_a_restart_continues_the_same_sessions_on_a_fresh_server(tmp_path: Path,
     # the fresh vLLM server remembers nothing; vLLM's fs tier serves the returning sessions from disk
     fs, plain = results["vllm-fs"].extra["after_restart"], results["vllm"].extra["after_restart"]
     assert fs["cache_served_share"] > plain["cache_served_share"]
-    assert fs["cached_tokens_by_source"]["below"] > 0 == plain["cached_tokens_by_source"]["below"]
+    assert fs["fresh_server_cached_tokens_by_source"]["below"] > 0 == plain["fresh_server_cached_tokens_by_source"][
+        "below"]
     assert results["vllm-fs"].summary["last_third_rounds"] == [2]
     assert results["vllm-fs"].summary["cache_served_share_last_third"] > 0.5
     assert "after round 2 (" + signal_name + ")" in markdown_table(list(results.values()))
