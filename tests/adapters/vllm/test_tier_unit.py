@@ -159,6 +159,20 @@ def test_a_full_tier_gives_up_a_chain_tail_first_once_its_stores_land(tmp_path: 
     tier.shutdown()
 
 
+def test_hints_name_the_session_by_its_first_chunk_and_place_each_chunk_in_its_chain(tmp_path: Path) -> None:
+    tier, _ = make_tier(file_config(tmp_path / "t"))
+    turn1, turn2 = chain_context("a1", SESSION_A[:2]), chain_context("a2", SESSION_A)
+    first, later = tier._hints(SESSION_A[:2], turn1), tier._hints(SESSION_A[2:], turn2)
+    other = tier._hints(SESSION_B[:1], chain_context("b1", SESSION_B))
+    assert all(h is not None for h in [*first, *later, *other])
+    assert {h.tag for h in [*first, *later]} == {SESSION_A[0][:16].hex()}  # type: ignore[union-attr]
+    assert other[0].tag == SESSION_B[0][:16].hex() != first[0].tag  # type: ignore[union-attr]
+    assert [h.depth for h in [*first, *later]] == [0, 1, 2, 3]  # type: ignore[union-attr]
+    assert later[0].parent == tier._key(SESSION_A[1]) and first[0].parent is None  # type: ignore[union-attr]
+    assert tier._hints(SESSION_A[:1], ReqContext(req_id="x")) == [None]  # no positions known: no hint
+    tier.shutdown()
+
+
 def test_corrupt_block_is_a_partial_promotion_not_an_error(tmp_path: Path) -> None:
     tier, region = make_tier(file_config(tmp_path / "t"))
     region[:4, :PAYLOAD] = 7

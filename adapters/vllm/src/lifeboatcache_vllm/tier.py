@@ -252,10 +252,12 @@ class LifeboatTier(SecondaryTierManager):
         self._stores_in_flight[req_id] = self._stores_in_flight.get(req_id, 0) + 1
 
     def _hints(self, keys: list[OffloadKey], req_context: ReqContext) -> list[BlockHint | None]:
-        """Each chunk's place in its request's prefix chain (``depth``, ``parent``) for the policy.
+        """Each chunk's session and place in its prefix chain, for session-aware policies (EpiCache).
 
-        No ``tag``: vLLM's request id names one turn, not the session, and a tag per turn would
-        split a session into as many episodes as it has turns.
+        ``tag``: the request's first chunk. vLLM's request id names one turn, but every turn of
+        an agent's session starts with the same chunk, so it names the session as the engine
+        sees it (sessions that share their whole first chunk share an episode). ``depth``: the
+        chunk's index in the chain; ``parent``: the chunk before it.
         """
         positions = getattr(req_context, "_offload_key_positions", None)
         if not isinstance(positions, dict):
@@ -268,8 +270,10 @@ class LifeboatTier(SecondaryTierManager):
             if end is None:
                 hints.append(None)
                 continue
-            parent = at.get((bytes(key)[-4:], end - tokens))
-            hints.append(BlockHint(parent=None if parent is None else self._key(parent),
+            group = bytes(key)[-4:]
+            root, parent = at.get((group, tokens)), at.get((group, end - tokens))
+            hints.append(BlockHint(tag=None if root is None else bytes(root)[:16].hex(),
+                                   parent=None if parent is None else self._key(parent),
                                    depth=max(0, end // tokens - 1)))
         return hints
 
