@@ -27,9 +27,8 @@ from typing_extensions import Buffer as _Buffer
 from lifeboatcache_core import metrics
 from lifeboatcache_core.abc import BlockHint, KVLayout
 from lifeboatcache_core.config import LifeboatConfig, TierConfig, config_from_env
-from lifeboatcache_core.errors import InvalidKeyError
 from lifeboatcache_core.fleet import tier_class
-from lifeboatcache_core.keys import BlockKey, Namespace, check_key
+from lifeboatcache_core.keys import BlockKey, Namespace
 from lifeboatcache_core.plugins import get_registry
 from lifeboatcache_core.registry import PluginRegistry
 from lifeboatcache_core.threads import name_os_thread
@@ -178,12 +177,19 @@ class TieredCache:
         return ns_id
 
     def _valid(self, key: object) -> bool:
+        """Whether ``key`` may be used: a ``BlockKey`` of its namespace's digest length.
+
+        A ``BlockKey`` was fully checked when it was built (its constructor, ``_make`` and
+        ``Namespace.key`` all run ``check_key``), so only the per-namespace digest length is
+        left to check here: running the path checks again per key on every call doubled the
+        cost of key checks on the engine's thread.
+        """
         if not isinstance(key, BlockKey):
             return False
-        try:
-            check_key(key, self._digest_bytes.get(key.namespace))
-        except InvalidKeyError as exc:
-            log.debug("rejected key: %s", exc)
+        expected = self._digest_bytes.get(key.namespace)
+        if expected is not None and len(key.digest) != expected:
+            log.debug("rejected key: namespace %r uses %d-byte digests, got %d", key.namespace, expected,
+                      len(key.digest))
             return False
         return True
 
@@ -301,9 +307,10 @@ class TieredCache:
         return job.job_id
 
     def _fetch_one(self, key: BlockKey, dest: memoryview, up: list[Tier], start: int) -> bool:
+        """Fetch from ``up[start]`` (``submit_get_into`` already found it may have ``key``), then lower tiers."""
         for j in range(start, len(up)):
             tier = up[j]
-            if not tier.may_have(key):
+            if j != start and not tier.may_have(key):
                 with tier.lock:
                     tier.stats.misses += 1
                 continue
@@ -369,10 +376,41 @@ class TieredCache:
     def get(self, keys: Sequence[BlockKey], buffers: Sequence[_Buffer]) -> list[bool]:
         return self.wait(self.submit_get_into(keys, buffers)).ok
 
-    def exists(self, keys: Sequence[BlockKey]) -> list[bool]:
-        """Presence by index (no I/O once indexes are loaded); never verifies bytes."""
+    def exists(self, keys: Sequence[BlockKey], *, blocking: bool = True) -> list[bool]:
+        """Whether each key is stored; never verifies bytes.
+
+        ``blocking=True`` (the default) asks storage where the index cannot tell (a tier still
+        indexing, a shared tier): exact, but a backend round trip per such key. Engines call
+        ``blocking=False`` from their scheduler thread: the index's answer only (``presence``),
+        so a key only storage could confirm counts as absent; storing it again is harmless
+        (content-addressed) and a read would still find it.
+        """
+        if not blocking:
+            return [known is True for known in self.presence(keys)]
         up = self.tiers
         return [self._valid(k) and any(t.has(k) for t in up) for k in keys]
+
+    def presence(self, keys: Sequence[BlockKey]) -> list[bool | None]:
+        """Per key, what the tiers' in-memory indexes say, without I/O or waiting on a lock.
+
+        True: an up tier holds it. False: no up tier can hold it. None: unknown without
+        storage (a tier is still indexing, or is shared and another node may have written
+        it): an engine that can ask again later checks it off its thread with ``exists``.
+        """
+        up = self.tiers
+        out: list[bool | None] = []
+        for key in keys:
+            answer: bool | None = False
+            if self._valid(key):
+                for tier in up:
+                    known = tier.presence(key)
+                    if known:
+                        answer = True
+                        break
+                    if known is None:
+                        answer = None
+            out.append(answer)
+        return out
 
     def contains_prefix(self, keys: Sequence[BlockKey]) -> int:
         """How many leading ``keys`` are present (a miss ends the prefix)."""

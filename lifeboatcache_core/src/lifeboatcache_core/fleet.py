@@ -241,11 +241,18 @@ class FleetTier(Tier):
         self._adopt_rows([(key, size)])
         return True
 
-    def may_have(self, key: BlockKey) -> bool:
-        return super().may_have(key) or (self.up and self._in_fleet(key))
+    def presence(self, key: BlockKey) -> bool | None:
+        """A key this node has not indexed may be in the fleet: unknown (None), not absent.
+
+        So ``may_have`` (called from ``submit_get_into`` on the engine's thread) never runs
+        SQL: the fleet is asked by ``fetch`` on the read pool, or by ``has``.
+        """
+        known = super().presence(key)
+        return None if known is False and self.up else known
 
     def has(self, key: BlockKey) -> bool:
-        return super().has(key) or (self.up and self._in_fleet(key))
+        known = self.presence(key)
+        return known if known is not None else self._in_fleet(key)
 
     def store(self, key: BlockKey, raw: memoryview, layout: KVLayout | None, hint: BlockHint | None) -> bool:
         fleet, backend = self.fleet, self.backend
@@ -282,6 +289,8 @@ class FleetTier(Tier):
         return True
 
     def fetch(self, key: BlockKey, dest: memoryview) -> BlockMeta | None:
+        if key not in self.index and not self._in_fleet(key):  # on the read pool, not the caller's thread
+            return None
         meta = super().fetch(key, dest)
         fleet = self.fleet
         if meta is not None and fleet is not None:

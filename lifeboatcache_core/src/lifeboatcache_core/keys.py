@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from typing import Any, NamedTuple
 
 import xxhash
@@ -40,6 +41,13 @@ class BlockKey(_KeyFields):
         key = super().__new__(cls, namespace, digest)
         check_key(key)
         return key
+
+    @classmethod
+    def _make(cls, iterable: Any) -> BlockKey:
+        """Validate like the constructor: namedtuple's ``_make``/``_replace`` would bypass ``__new__``,
+        and ``TieredCache`` relies on every ``BlockKey`` (except ``trusted`` ones) being checked once."""
+        namespace, digest = iterable
+        return cls(namespace, digest)
 
     @classmethod
     def trusted(cls, namespace: str, digest: bytes) -> BlockKey:
@@ -118,9 +126,14 @@ class Namespace:
     def canonical(self) -> bytes:
         return json.dumps(self.describe(), sort_keys=True, separators=(",", ":")).encode()
 
-    @property
+    @cached_property
     def id(self) -> str:
-        """16 hex characters: stable across processes, Python versions and machines."""
+        """16 hex characters: stable across processes, Python versions and machines.
+
+        Computed once per namespace (asdict + JSON + hash is far too slow for a per-key call
+        on an engine's scheduler thread); the namespace is frozen, so the id cannot go stale.
+        ``extra`` is a dict and must not be changed in place either (``for_tenant`` copies it).
+        """
         return xxhash.xxh3_64_hexdigest(self.canonical())
 
     def for_tenant(self, salt: str | bytes | None) -> Namespace:
@@ -138,6 +151,7 @@ class Namespace:
         return replace(self, extra={**self.extra, "tenant": tenant})
 
     def key(self, digest: bytes) -> BlockKey:
-        key = BlockKey(self.id, digest)
+        """The key of ``digest`` in this namespace, checked once (the id is always a valid name)."""
+        key = BlockKey.trusted(self.id, digest)
         check_key(key, self.digest_bytes)
         return key

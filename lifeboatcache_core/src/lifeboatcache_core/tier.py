@@ -233,17 +233,31 @@ class Tier:
                 self.stats.evictions += 1
         self._drop(victims)
 
-    def may_have(self, key: BlockKey) -> bool:
-        return self.up and (key in self.index or not self.index_complete or self.cfg.shared)
+    def presence(self, key: BlockKey) -> bool | None:
+        """What the in-memory index alone says about ``key``: no I/O, no lock.
 
-    def has(self, key: BlockKey) -> bool:
-        """Index lookup, or a backend check while the index is still loading (or the tier is shared)."""
+        True: indexed. False: this tier cannot hold it (down, or a complete index of a tier
+        nobody else writes to). None: only storage could tell (the index is still loading, or
+        the tier is shared and another node may have written it). Safe on an engine's
+        scheduler thread, which must never wait for storage.
+        """
         if not self.up:
             return False
         if key in self.index:
             return True
-        if (self.index_complete and not self.cfg.shared) or self.backend is None:
+        if self.index_complete and not self.cfg.shared:
             return False
+        return None
+
+    def may_have(self, key: BlockKey) -> bool:
+        """Worth a read: indexed, or unknown to the index (``presence`` is not False)."""
+        return self.presence(key) is not False
+
+    def has(self, key: BlockKey) -> bool:
+        """Index lookup, or a backend check where the index cannot tell (``presence`` is None)."""
+        known = self.presence(key)
+        if known is not None or self.backend is None:
+            return bool(known)
         try:
             return self.backend.exists(key)
         except OSError:

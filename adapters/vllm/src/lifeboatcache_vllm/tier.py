@@ -237,7 +237,7 @@ class LifeboatTier(SecondaryTierManager):
             self._ready.append(JobResult(job_metadata.job_id, success=False))
             return
         block_keys = [self._key(k) for k in keys]
-        present = cache.exists(block_keys)
+        present = cache.exists(block_keys, blocking=False)
         todo = [i for i, here in enumerate(present) if not here]
         if not todo:
             self._ready.append(JobResult(job_metadata.job_id, success=True, transfer_time=0.0, transfer_bytes=0))
