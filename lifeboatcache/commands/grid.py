@@ -12,7 +12,14 @@ from lifeboatcache.grid.console import wide_console
 from lifeboatcache.grid.driver import RESTART_SIGNALS, GridPlan, run_grid
 from lifeboatcache.grid.plots import write_plots
 from lifeboatcache.grid.setup import BUNDLED_TRACES, detect_device, resolve_model, sessions_per_agent_count
-from lifeboatcache.grid.tables import markdown_table, notes, rich_table, rich_tier_table
+from lifeboatcache.grid.tables import (
+    markdown_table,
+    notes,
+    repeated,
+    rich_median_table,
+    rich_table,
+    rich_tier_table,
+)
 from lifeboatcache.replay.runner import ReplayOptions
 from lifeboatcache.replay.sources import SourceChoice, token_map_for_scale
 
@@ -54,6 +61,8 @@ def register(app: typer.Typer) -> None:
         restart_after_round: int = typer.Option(0, help="Stop the server after this many rounds and continue on a "
                                                         "fresh one on the same tier directory (0: no restart)."),
         restart_signal: str = typer.Option("TERM", help="How the restart stops the server: TERM or KILL (a crash)."),
+        repeat: int = typer.Option(1, min=1, help="Run every cell this many times, interleaved (odd runs in column "
+                                                  "order, even runs reversed); a table of medians and every run."),
         server_program: str = typer.Option("", hidden=True, help="Another OpenAI server launcher (tests)."),
     ) -> None:
         """Fresh server per cell (empty caches and tiers), same sessions, two tables and three plots.
@@ -97,10 +106,13 @@ def register(app: typer.Typer) -> None:
         plan = GridPlan(columns, _floats(dram_gb), agent_counts, settings,
                         ReplayOptions(max_tokens=max_tokens, think_scale=think_scale, token_map=token_map),
                         out, timeout_s=timeout, disk_gb=disk_gb or None,
-                        restart_after_round=restart_after_round or None, restart_signal=signal_name)
+                        restart_after_round=restart_after_round or None, restart_signal=signal_name,
+                        repeat=repeat)
         results = run_grid(plan, sessions_for, console)
         console.print(rich_table(results))
         console.print(rich_tier_table(results))
+        if repeated(results):
+            console.print(rich_median_table(results))
         for note in notes(results):
             console.print(f"[dim]- {note}")
         (out / "grid.md").write_text(markdown_table(results))

@@ -43,6 +43,7 @@ class GridPlan:
     disk_gb: float | None = None  # each cell's tier directory on its own tmpfs of this size
     restart_after_round: int | None = None  # stop the server after this many rounds, continue on a fresh one
     restart_signal: str = "TERM"  # a key of RESTART_SIGNALS
+    repeat: int = 1  # runs of every cell, interleaved (odd runs in column order, even runs reversed)
 
 
 @dataclass
@@ -56,6 +57,7 @@ class CellResult:
     error: str | None = None
     root_cause: str | None = None  # the engine's own failure line from its log (see server.root_cause)
     extra: dict = field(default_factory=dict)
+    run: int = 1  # which of the plan's ``repeat`` runs (1-based)
 
     @property
     def failed(self) -> bool:
@@ -66,9 +68,10 @@ class CellResult:
         return {k: json_safe(v) for k, v in self.__dict__.items()}
 
 
-def cell_dir(out_dir: Path, config: str, dram_gb: float | None, agents: int) -> Path:
+def cell_dir(out_dir: Path, config: str, dram_gb: float | None, agents: int, run: int = 1) -> Path:
     dram = "na" if dram_gb is None else f"{dram_gb:g}"
-    return out_dir / "cells" / f"{config.replace(':', '-')}_dram{dram}_agents{agents}"
+    suffix = f"_run{run}" if run > 1 else ""
+    return out_dir / "cells" / f"{config.replace(':', '-')}_dram{dram}_agents{agents}{suffix}"
 
 
 def phases(sessions: Sequence[Session], restart_after_round: int | None) -> list[list[Session]]:
@@ -110,7 +113,7 @@ def _serve_phase(plan: GridPlan, config: GridConfig, dram_gb: float, tier_dir: P
 
 
 def run_cell(plan: GridPlan, config: str | GridConfig, dram_gb: float | None, agents: int,
-             sessions: Sequence[Session], console: Console) -> CellResult:
+             sessions: Sequence[Session], console: Console, run: int = 1) -> CellResult:
     """Fresh tier directory (on its own disk with ``disk_gb``), fresh server(s), replay, stop.
 
     With ``restart_after_round`` K the first server replays rounds [0, K) and is stopped with
@@ -119,14 +122,16 @@ def run_cell(plan: GridPlan, config: str | GridConfig, dram_gb: float | None, ag
     to start or dies is a failed cell whose error names the engine's root cause.
     """
     config = as_config(config)
-    directory = cell_dir(plan.out_dir, config.label, dram_gb, agents)
+    directory = cell_dir(plan.out_dir, config.label, dram_gb, agents, run)
     tier_dir = directory / "tiers"
     if tier_dir.is_mount():  # a grid killed outright (SIGKILL) could not unmount its last cell
         unmount(tier_dir)
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     label = f"{config.label} dram={'-' if dram_gb is None else f'{dram_gb:g}G'} agents={agents}"
-    result = CellResult(config.label, dram_gb, agents, {}, str(tier_dir), str(directory / "server.log"))
+    if plan.repeat > 1:
+        label += f" run {run}/{plan.repeat}"
+    result = CellResult(config.label, dram_gb, agents, {}, str(tier_dir), str(directory / "server.log"), run=run)
     done: list[_Phase] = []
     try:
         with cell_disk(tier_dir, plan.disk_gb):
@@ -170,19 +175,29 @@ def run_cell(plan: GridPlan, config: str | GridConfig, dram_gb: float | None, ag
     return result
 
 
+def run_order(configs: Sequence[GridConfig], run: int) -> list[GridConfig]:
+    """Columns in ``run``'s order: as given on odd runs, reversed on even ones (A B, B A, A B, ...).
+
+    A box's load drifts (caches warm, other work starts or ends); alternating the order spreads
+    that drift over every column instead of always favouring the one that runs first.
+    """
+    return list(configs) if run % 2 else list(reversed(configs))
+
+
 def run_grid(plan: GridPlan, sessions_for: dict[int, list[Session]], console: Console) -> list[CellResult]:
-    """Every cell, in order agents -> DRAM -> configuration; ``grid.json`` is rewritten after each."""
+    """Every cell, in order agents -> DRAM -> run -> configuration; ``grid.json`` is rewritten after each."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     configs = [as_config(c) for c in plan.configs]
     results: list[CellResult] = []
     for agents in plan.agents:
         for index, dram_gb in enumerate(plan.dram_gb):
-            for config in configs:
-                if config.kind in DRAM_FREE and index:
-                    continue
-                dram = None if config.kind in DRAM_FREE else dram_gb
-                results.append(run_cell(plan, config, dram, agents, sessions_for[agents], console))
-                save_results(plan, results)
+            for run in range(1, plan.repeat + 1):
+                for config in run_order(configs, run):
+                    if config.kind in DRAM_FREE and index:
+                        continue
+                    dram = None if config.kind in DRAM_FREE else dram_gb
+                    results.append(run_cell(plan, config, dram, agents, sessions_for[agents], console, run))
+                    save_results(plan, results)
     return results
 
 
@@ -192,7 +207,7 @@ def save_results(plan: GridPlan, results: Sequence[CellResult]) -> Path:
                "config_files": {c.label: str(c.source) for c in map(as_config, plan.configs) if c.source},
                "dram_gb": list(plan.dram_gb), "disk_gb": plan.disk_gb,
                "restart_after_round": plan.restart_after_round, "restart_signal": plan.restart_signal,
-               "agents": list(plan.agents), "max_tokens": plan.options.max_tokens,
+               "agents": list(plan.agents), "repeat": plan.repeat, "max_tokens": plan.options.max_tokens,
                "tokens_per_block": plan.options.token_map.tokens_per_block,
                "cells": [r.to_dict() for r in results]}
     path.write_text(json.dumps(json_safe(payload), indent=1, default=str))

@@ -10,7 +10,8 @@ from lifeboatcache.grid.driver import CellResult
 
 def _label(r: CellResult) -> str:
     dram = "" if r.dram_gb is None else f" {r.dram_gb:g}G"
-    return f"{r.config}{dram} x{r.agents}"
+    run = f" #{r.run}" if r.run > 1 else ""
+    return f"{r.config}{dram} x{r.agents}{run}"
 
 
 def write_plots(results: Sequence[CellResult], out_dir: Path) -> list[Path]:

@@ -7,6 +7,7 @@ how the first round on the fresh server went. Footnotes say what each number mea
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 
 from rich.table import Table
@@ -39,7 +40,8 @@ def _baseline(results: Sequence[CellResult], agents: int) -> float | None:
 
 
 def _head(r: CellResult) -> list[str]:
-    return [r.config, "-" if r.dram_gb is None else f"{r.dram_gb:g}", str(r.agents)]
+    config = f"{r.config} #{r.run}" if r.run > 1 else r.config
+    return [config, "-" if r.dram_gb is None else f"{r.dram_gb:g}", str(r.agents)]
 
 
 def sources_cell(summary: dict) -> str:
@@ -84,6 +86,65 @@ def tier_rows(results: Sequence[CellResult]) -> list[list[str]]:
     return out
 
 
+MEDIAN_COLUMNS = ("config", "DRAM GiB", "agents", "runs", "TTFT mean s: median (every run)",
+                  "out tok/s: median (every run)", "from cache", "last third", "TTFT vs vllm-fs", "tok/s vs vllm-fs")
+MEDIAN_NOTE = ("medians: each column's cells over its interleaved runs (--repeat; odd runs in column order, even "
+               "runs reversed); 'vs vllm-fs' compares medians in the same DRAM size and agent count: TTFT as "
+               "vllm-fs / this (above 1 = faster than vLLM's own offloading), tok/s as this / vllm-fs.")
+
+
+def _median(results: Sequence[CellResult], key: str) -> float | None:
+    values = [r.summary[key] for r in results if r.summary and r.summary.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def _runs(results: Sequence[CellResult], key: str, digits: int) -> str:
+    median = _median(results, key)
+    if median is None:
+        return "-"
+    every = ", ".join(f"{r.summary[key]:.{digits}f}" if r.summary and r.summary.get(key) is not None else "failed"
+                      for r in results)
+    return f"{median:.{digits}f} ({every})"
+
+
+def median_groups(results: Sequence[CellResult]) -> dict[tuple[str, float | None, int], list[CellResult]]:
+    """Cells of one column, DRAM size and agent count, in run order."""
+    groups: dict[tuple[str, float | None, int], list[CellResult]] = {}
+    for r in sorted(results, key=lambda r: r.run):
+        groups.setdefault((r.config, r.dram_gb, r.agents), []).append(r)
+    return groups
+
+
+def median_summary(results: Sequence[CellResult]) -> list[dict]:
+    """Per column, DRAM size and agent count: the medians over runs and the ratios to vllm-fs."""
+    groups = median_groups(results)
+    out = []
+    for (config, dram, agents), cells in groups.items():
+        row = {"config": config, "dram_gb": dram, "agents": agents, "runs": len(cells)}
+        for key in ("ttft_mean_s", "output_tokens_per_s", "cache_served_share", "cache_served_share_last_third"):
+            row[key] = _median(cells, key)
+        fs = groups.get(("vllm-fs", dram, agents))
+        fs_ttft, fs_toks = (_median(fs, "ttft_mean_s"), _median(fs, "output_tokens_per_s")) if fs else (None, None)
+        row["ttft_vs_vllm_fs"] = fs_ttft / row["ttft_mean_s"] if fs_ttft and row["ttft_mean_s"] else None
+        row["tok_s_vs_vllm_fs"] = row["output_tokens_per_s"] / fs_toks if fs_toks and row["output_tokens_per_s"] \
+            else None
+        out.append(row)
+    return out
+
+
+def median_rows(results: Sequence[CellResult]) -> list[list[str]]:
+    groups = median_groups(results)
+    out = []
+    for row in median_summary(results):
+        cells = groups[(row["config"], row["dram_gb"], row["agents"])]
+        ratio = [f"{row[k]:.2f}x" if row[k] else "-" for k in ("ttft_vs_vllm_fs", "tok_s_vs_vllm_fs")]
+        out.append([row["config"], "-" if row["dram_gb"] is None else f"{row['dram_gb']:g}", str(row["agents"]),
+                    str(row["runs"]), _runs(cells, "ttft_mean_s", 3), _runs(cells, "output_tokens_per_s", 1),
+                    format_share(row["cache_served_share"]), format_share(row["cache_served_share_last_third"]),
+                    *ratio])
+    return out
+
+
 def equal_work_notes(results: Sequence[CellResult]) -> list[str]:
     """Cells compared side by side must have served the same requests and output tokens."""
     notes = []
@@ -106,9 +167,22 @@ def _markdown(columns: Sequence[str], body: list[list[str]]) -> list[str]:
             *("| " + " | ".join(row) + " |" for row in body)]
 
 
+def repeated(results: Sequence[CellResult]) -> bool:
+    return any(r.run > 1 for r in results)
+
+
 def markdown_table(results: Sequence[CellResult]) -> str:
     lines = [*_markdown(COLUMNS, rows(results)), "", *_markdown(TIER_COLUMNS, tier_rows(results)), ""]
+    if repeated(results):
+        lines = [*_markdown(MEDIAN_COLUMNS, median_rows(results)), "", f"- {MEDIAN_NOTE}", "", *lines]
     return "\n".join(lines + [f"- {note}" for note in notes(results)]) + "\n"
+
+
+def rich_median_table(results: Sequence[CellResult], title: str = "medians over interleaved runs") -> Table:
+    table = Table(*MEDIAN_COLUMNS, title=title)
+    for row in median_rows(results):
+        table.add_row(*row)
+    return table
 
 
 def rich_table(results: Sequence[CellResult], title: str = "grid") -> Table:

@@ -247,3 +247,27 @@ def test_the_grid_exits_non_zero_and_names_the_root_cause(tmp_path: Path) -> Non
     cell = json.loads((tmp_path / "out" / "grid.json").read_text())["cells"][0]
     assert cell["root_cause"] == BLOCK_SIZE_CAUSE and "exited with status 1 while starting" in cell["error"]
     assert f"failed: {BLOCK_SIZE_CAUSE}" in (tmp_path / "out" / "grid.md").read_text()
+
+
+# -- --repeat: interleaved runs and medians --------------------------------------------------------------------------
+
+
+def test_repeated_runs_interleave_the_columns_and_report_medians_against_vllm_fs(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, ["vllm-fs", "lifeboatcache"], _settings(tmp_path), repeat=3)
+    results = run_grid(plan, {2: _sessions()}, Console(quiet=True))
+    assert [(r.config, r.run) for r in results] == [  # A B, B A, A B: drift spreads over both columns
+        ("vllm-fs", 1), ("lifeboatcache", 1), ("lifeboatcache", 2), ("vllm-fs", 2), ("vllm-fs", 3),
+        ("lifeboatcache", 3)]
+    assert len({r.tier_dir for r in results}) == 6 and not any(r.failed for r in results)
+    from lifeboatcache.grid.tables import median_summary
+
+    medians = {row["config"]: row for row in median_summary(results)}
+    ours = [r.summary["ttft_mean_s"] for r in results if r.config == "lifeboatcache"]
+    fs = [r.summary["ttft_mean_s"] for r in results if r.config == "vllm-fs"]
+    assert medians["lifeboatcache"]["runs"] == 3 and medians["lifeboatcache"]["ttft_mean_s"] == sorted(ours)[1]
+    assert medians["lifeboatcache"]["ttft_vs_vllm_fs"] == pytest.approx(sorted(fs)[1] / sorted(ours)[1])
+    assert medians["vllm-fs"]["ttft_vs_vllm_fs"] == pytest.approx(1.0)
+    table = markdown_table(results)
+    assert table.startswith("| config | DRAM GiB | agents | runs |") and "| lifeboatcache #3 |" in table
+    saved = json.loads((tmp_path / "out" / "grid.json").read_text())
+    assert saved["repeat"] == 3 and [c["run"] for c in saved["cells"]] == [1, 1, 2, 2, 3, 3]
