@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lifeboatcache_vllm.launch import ServeOptions
 from lifeboatcache_vllm.offline import engine_env
+
+from lifeboatcache.models import smollm2_hf_dir
 
 REPO = Path(__file__).resolve().parents[3]
 RESULT_PREFIX = "LIFEBOAT-RESULT "
@@ -55,6 +58,21 @@ def returning_turns(first: list[list[int]], answers: list[list[int]], seed: int 
 def tier_config(path: Path, cpu_gb: float = 0.05) -> dict[str, Any]:
     return {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 2, "path": str(path)}],
             "engine": {"native_cpu_gb": cpu_gb}}
+
+
+def write_serve_config(path: Path, tier: Path, cpu_gb: float = 0.05) -> Path:
+    """A lifeboatcache TOML config for ``LIFEBOAT_CACHE_CONFIG``: one file tier, a small CPU tier."""
+    path.write_text(f'[[tiers]]\nname = "nvme"\nbackend = "file"\ncapacity_gb = 1\npath = "{tier}"\n'
+                    f"[engine]\nnative_cpu_gb = {cpu_gb}\n")
+    return path
+
+
+def serve_options(config: Path, **extra: object) -> ServeOptions:
+    """``vllm serve`` of SmolLM2 with the test engine settings and ``LIFEBOAT_CACHE=1``."""
+    return ServeOptions(model=str(smollm2_hf_dir()), dtype=str(ENGINE["dtype"]),
+                        max_model_len=int(ENGINE["max_model_len"]), block_size=int(ENGINE["block_size"]),
+                        num_gpu_blocks=int(ENGINE["num_gpu_blocks"]), kv_cache_bytes=int(ENGINE["kv_cache_bytes"]),
+                        lifeboat=True, lifeboat_config=str(config), **extra)  # type: ignore[arg-type]
 
 
 def full_chunk_tokens(prompt: list[int]) -> int:

@@ -6,32 +6,18 @@ from pathlib import Path
 
 import pytest
 from lifeboatcache_vllm.autoenable import SPEC_MODULE, SPEC_NAME
-from lifeboatcache_vllm.launch import ServeOptions, VllmServer
+from lifeboatcache_vllm.launch import VllmServer
 
-from lifeboatcache.models import smollm2_hf_dir
-from tests.adapters.vllm.engine import ANSWER_TOKENS, ENGINE, first_turns, returning_turns
+from tests.adapters.vllm.engine import ANSWER_TOKENS, first_turns, returning_turns, serve_options, write_serve_config
 
 pytestmark = pytest.mark.slow
 
 
-def _options(config: Path, **extra: object) -> ServeOptions:
-    return ServeOptions(model=str(smollm2_hf_dir()), dtype=str(ENGINE["dtype"]),
-                        max_model_len=int(ENGINE["max_model_len"]), block_size=int(ENGINE["block_size"]),
-                        num_gpu_blocks=int(ENGINE["num_gpu_blocks"]), kv_cache_bytes=int(ENGINE["kv_cache_bytes"]),
-                        lifeboat=True, lifeboat_config=str(config), **extra)  # type: ignore[arg-type]
-
-
-def _write_config(path: Path, tier: Path) -> Path:
-    path.write_text(f'[[tiers]]\nname = "nvme"\nbackend = "file"\ncapacity_gb = 1\npath = "{tier}"\n'
-                    "[engine]\nnative_cpu_gb = 0.05\n")
-    return path
-
-
 def test_lifeboat_cache_env_enables_tier_in_vllm_serve(tmp_path: Path) -> None:
     tier = tmp_path / "tier"
-    config = _write_config(tmp_path / "lifeboat.toml", tier)
+    config = write_serve_config(tmp_path / "lifeboat.toml", tier)
     first = first_turns(4, seed=7)
-    with VllmServer(_options(config), tmp_path / "serve.log") as server:
+    with VllmServer(serve_options(config), tmp_path / "serve.log") as server:
         answers = [server.complete(p, ANSWER_TOKENS)["choices"][0]["text"] for p in first]
         assert all(answers)
         # the three later sessions pushed the first out of the engine's KV (1,536 tokens)
@@ -46,11 +32,11 @@ def test_lifeboat_cache_env_enables_tier_in_vllm_serve(tmp_path: Path) -> None:
 
 def test_explicit_kv_transfer_config_wins(tmp_path: Path) -> None:
     tier = tmp_path / "tier"
-    config = _write_config(tmp_path / "lifeboat.toml", tier)
+    config = write_serve_config(tmp_path / "lifeboat.toml", tier)
     explicit = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": {
         "spec_name": SPEC_NAME, "spec_module_path": SPEC_MODULE, "cpu_bytes_to_use": 64 * 1024**2,
         "secondary_tiers": [{"type": "fs", "root_dir": str(tmp_path / "vllm-fs")}]}}
-    with VllmServer(_options(config, kv_transfer_config=explicit), tmp_path / "serve.log") as server:
+    with VllmServer(serve_options(config, kv_transfer_config=explicit), tmp_path / "serve.log") as server:
         for prompt in first_turns(2, seed=9):
             assert server.complete(prompt, ANSWER_TOKENS)["choices"][0]["text"]
         log = server.log()
