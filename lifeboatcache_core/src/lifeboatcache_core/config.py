@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +27,9 @@ from lifeboatcache_core.abc import PluginConfig
 from lifeboatcache_core.errors import ConfigError, LifeboatError
 from lifeboatcache_core.integrity import BlockSigner, signer_from_keys
 from lifeboatcache_core.registry import Kind
+
+#: what an engine does when our cache cannot start: serve without it, or refuse to start
+OnError = Literal["serve", "fail"]
 
 ENV_CONFIG = "LIFEBOAT_CACHE_CONFIG"
 GB = 1024**3
@@ -142,7 +146,7 @@ class FallbackConfig(StrictModel):
 class EngineConfig(StrictModel):
     """How engine adapters behave; read by adapters, not by the core."""
 
-    on_error: Literal["serve", "fail"] = "serve"
+    on_error: OnError = "serve"
     native_block_tokens: int | Literal["auto"] = "auto"
     native_cpu_gb: float | None = Field(default=None, gt=0)
     vllm_mode: Literal["native", "lmcache"] = "native"
@@ -266,7 +270,23 @@ def load_config(path: str | os.PathLike[str]) -> LifeboatConfig:
     return load_config_dict(parse_text(text, fmt))
 
 
-def config_from_env() -> LifeboatConfig:
-    """``$LIFEBOAT_CACHE_CONFIG`` if set, else the embedded defaults."""
-    path = os.environ.get(ENV_CONFIG)
+def config_from_env(path: str | os.PathLike[str] | None = None) -> LifeboatConfig:
+    """The config file ``path`` if given (an adapter's own setting), else ``$LIFEBOAT_CACHE_CONFIG``
+    if set, else the embedded defaults."""
+    path = path or os.environ.get(ENV_CONFIG)
     return load_config(path) if path else LifeboatConfig()
+
+
+def engine_on_error(config: Callable[[], LifeboatConfig], override: object = None) -> OnError:
+    """``engine.on_error`` for settings that may themselves be broken (import-light: adapters'
+    settings modules, loaded in every engine process, call it).
+
+    The adapter's own override wins when it is a valid value, else the config's value; a
+    config that cannot be read gives the default, so a broken config still says how to fail.
+    """
+    if override in ("serve", "fail"):
+        return override  # type: ignore[return-value]
+    try:
+        return config().engine.on_error
+    except Exception:
+        return EngineConfig().on_error

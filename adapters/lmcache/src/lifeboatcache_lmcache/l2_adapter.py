@@ -33,7 +33,8 @@ from typing import Any
 
 import torch
 from lifeboatcache_core.cache import TieredCache
-from lifeboatcache_core.dashboard_hook import start_dashboard
+from lifeboatcache_core.config import LifeboatConfig
+from lifeboatcache_core.engine import EngineTexts, open_for_engine
 from lifeboatcache_core.fingerprint import weights_fingerprint
 from lifeboatcache_core.keys import BlockKey, Namespace
 from lmcache.lmcache_native import Bitmap
@@ -47,6 +48,12 @@ from lmcache.v1.platform import create_event_notifier
 from lifeboatcache_lmcache.settings import L2AdapterParams, load_lifeboat_config, on_error_of
 
 log = logging.getLogger("lifeboatcache.lmcache")
+_TEXTS = EngineTexts(
+    log=log,
+    refuse="lifeboatcache: cannot start the LMCache L2 adapter: {exc}. Fix the configuration, or set "
+           "engine.on_error = 'serve' to let LMCache run without this L2",
+    serve="lifeboatcache: LMCache L2 adapter disabled, LMCache serves without it (engine.on_error = 'serve'): %s",
+)
 
 #: bumped when the byte meaning of a stored object changes
 KV_FORMAT = "lmcache-mp-1"
@@ -116,24 +123,14 @@ class LifeboatL2Adapter(L2AdapterInterface):
         self.cache: TieredCache | None = None
         self.disabled_reason = ""
         self.params = L2AdapterParams()
-        try:
+
+        def prepare() -> LifeboatConfig:
             self.params = L2AdapterParams.parse(raw)
-            self.cache = TieredCache(load_lifeboat_config(self.params.lifeboat_config))
             self._fingerprint = weights_fingerprint(self.params.model_path or "")
-            start_dashboard(self.cache)  # the node's page and /metrics on 127.0.0.1:9400; never raises
-        except Exception as exc:
-            if self.cache is not None:
-                self.cache.close()
-                self.cache = None
-            if on_error_of(raw) == "fail":
-                self._close_fds()
-                raise RuntimeError(
-                    f"lifeboatcache: cannot start the LMCache L2 adapter: {exc}. Fix the configuration, or set "
-                    "engine.on_error = 'serve' to let LMCache run without this L2"
-                ) from exc
-            self.disabled_reason = str(exc)
-            log.error("lifeboatcache: LMCache L2 adapter disabled, LMCache serves without it "
-                      "(engine.on_error = 'serve'): %s", exc)
+            return load_lifeboat_config(self.params.lifeboat_config)
+
+        self.cache = open_for_engine(prepare, on_error=lambda: on_error_of(raw), texts=_TEXTS,
+                                     disabled=self._disabled)
         self._waiters = ThreadPoolExecutor(self.params.io_waiters, thread_name_prefix="lifeboat-l2-wait")
 
     # ------------------------------------------------------------------ keys
@@ -318,6 +315,12 @@ class LifeboatL2Adapter(L2AdapterInterface):
         health = self.cache.health()
         return {"is_healthy": any(t["up"] for t in health), "type": "lifeboatcache", "tiers": health,
                 "stats": self.cache.stats(), "locked_keys": self.locked_keys()}
+
+    def _disabled(self, exc: Exception, on_error: str) -> None:
+        """The cache cannot start: keep the reason for ``report_status``; a refusal closes our fds."""
+        self.disabled_reason = str(exc)
+        if on_error == "fail":
+            self._close_fds()
 
     def _close_fds(self) -> None:
         for efd in (self._store_efd, self._lookup_efd, self._load_efd):

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Literal
+from typing import Any
 
-from lifeboatcache_core.config import ENV_CONFIG, EngineConfig, LifeboatConfig, format_validation_error, load_config
+from lifeboatcache_core.config import (
+    LifeboatConfig,
+    OnError,
+    config_from_env,
+    engine_on_error,
+    format_validation_error,
+)
 from lifeboatcache_core.errors import ConfigError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 ADAPTER_MODULE = "lifeboatcache_lmcache.l2_adapter"
 ADAPTER_CLASS = "LifeboatL2Adapter"
 ENV_ENABLE = "LIFEBOAT_CACHE"
-OnError = Literal["serve", "fail"]
 
 
 class L2AdapterParams(BaseModel):
@@ -51,19 +56,14 @@ def l2_adapter_json(**params: Any) -> str:
 
 
 def load_lifeboat_config(path: str | None) -> LifeboatConfig:
-    path = path or os.environ.get(ENV_CONFIG)
-    return load_config(path) if path else LifeboatConfig()
+    """The config file ``path``, else ``$LIFEBOAT_CACHE_CONFIG``, else the defaults."""
+    return config_from_env(path)
 
 
 def on_error_of(params: dict[str, Any] | None) -> OnError:
     """``engine.on_error`` for settings that may themselves be broken (then: best effort)."""
-    raw = (params or {}).get("on_error")
-    if raw in ("serve", "fail"):
-        return raw  # type: ignore[no-any-return]
-    try:
-        return load_lifeboat_config((params or {}).get("lifeboat_config")).engine.on_error
-    except Exception:
-        return EngineConfig().on_error
+    params = params or {}
+    return engine_on_error(lambda: load_lifeboat_config(params.get("lifeboat_config")), params.get("on_error"))
 
 
 def enabled_by_env() -> bool:

@@ -8,22 +8,21 @@ model below lists SGLang's keys too and rejects anything else: a typo such as
 from __future__ import annotations
 
 import json
-import logging
-import os
-from typing import Any, Literal
+from typing import Any
 
-from lifeboatcache_core.cache import TieredCache
-from lifeboatcache_core.config import ENV_CONFIG, EngineConfig, LifeboatConfig, format_validation_error, load_config
-from lifeboatcache_core.dashboard_hook import start_dashboard
+from lifeboatcache_core.config import (
+    LifeboatConfig,
+    OnError,
+    config_from_env,
+    engine_on_error,
+    format_validation_error,
+)
 from lifeboatcache_core.errors import ConfigError
 from pydantic import BaseModel, ConfigDict, ValidationError
-
-log = logging.getLogger("lifeboatcache.sglang")
 
 BACKEND_NAME = "lifeboatcache"
 STORAGE_MODULE = "lifeboatcache_sglang.storage"
 STORAGE_CLASS = "LifeboatHiCacheStorage"
-OnError = Literal["serve", "fail"]
 
 
 class SGLangStorageSettings(BaseModel):
@@ -79,25 +78,10 @@ def launch_flags(**ours: Any) -> list[str]:
 
 def load_lifeboat_config(settings: SGLangStorageSettings) -> LifeboatConfig:
     """The lifeboatcache config named by the settings, ``$LIFEBOAT_CACHE_CONFIG``, or the defaults."""
-    path = settings.lifeboat_config or os.environ.get(ENV_CONFIG)
-    return load_config(path) if path else LifeboatConfig()
+    return config_from_env(settings.lifeboat_config)
 
 
 def on_error_of(extra: dict[str, Any] | None) -> OnError:
     """``engine.on_error`` for a configuration that may itself be broken (then: best effort)."""
-    raw = (extra or {}).get("lifeboat_on_error")
-    if raw in ("serve", "fail"):
-        return raw  # type: ignore[no-any-return]
-    path = (extra or {}).get("lifeboat_config") or os.environ.get(ENV_CONFIG)
-    if path:
-        try:
-            return load_config(path).engine.on_error
-        except Exception:
-            pass
-    return EngineConfig().on_error
-
-
-def open_cache(settings: SGLangStorageSettings) -> TieredCache:
-    cache = TieredCache(load_lifeboat_config(settings))
-    start_dashboard(cache)  # the node's page and /metrics on 127.0.0.1:9400; never raises
-    return cache
+    extra = extra or {}
+    return engine_on_error(lambda: config_from_env(extra.get("lifeboat_config")), extra.get("lifeboat_on_error"))

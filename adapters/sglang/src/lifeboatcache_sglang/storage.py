@@ -24,14 +24,22 @@ from typing import Any
 
 import torch
 from lifeboatcache_core.cache import TieredCache
+from lifeboatcache_core.config import LifeboatConfig
+from lifeboatcache_core.engine import EngineTexts, open_for_engine
 from lifeboatcache_core.keys import BlockKey
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo
 
 from lifeboatcache_sglang.host_pages import PageBuffers, PageRegions
 from lifeboatcache_sglang.namespace import namespace_for, page_digest
-from lifeboatcache_sglang.settings import SGLangStorageSettings, on_error_of, open_cache
+from lifeboatcache_sglang.settings import SGLangStorageSettings, load_lifeboat_config, on_error_of
 
 log = logging.getLogger("lifeboatcache.sglang")
+_TEXTS = EngineTexts(
+    log=log,
+    refuse="lifeboatcache: cannot start the SGLang storage backend: {exc}. "
+           "Fix the configuration, or set engine.on_error = 'serve' to serve without the cache",
+    serve="lifeboatcache: SGLang storage backend disabled, serving uncached (engine.on_error = 'serve'): %s",
+)
 
 
 def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
@@ -67,38 +75,30 @@ class LifeboatHiCacheStorage(HiCacheStorage):
         self.cache: TieredCache | None = None
         self.namespace_id = ""
         extra = storage_config.extra_config
-        try:
+
+        def prepare() -> LifeboatConfig:
             self.settings = SGLangStorageSettings.from_extra_config(extra)
-            self.cache = open_cache(self.settings)
-            self._set_namespace()
-            self._check_replicated_reads()
-        except Exception as exc:
-            if self.cache is not None:
-                self.cache.close()
-            if on_error_of(extra) == "fail":
-                raise RuntimeError(
-                    f"lifeboatcache: cannot start the SGLang storage backend: {exc}. "
-                    "Fix the configuration, or set engine.on_error = 'serve' to serve without the cache"
-                ) from exc
-            log.error("lifeboatcache: SGLang storage backend disabled, serving uncached "
-                      "(engine.on_error = 'serve'): %s", exc)
-            self.cache = None
+            return load_lifeboat_config(self.settings)
+
+        def ready(cache: TieredCache) -> None:
+            self._set_namespace(cache)
+            self._check_replicated_reads(cache)
+
+        self.cache = open_for_engine(prepare, on_error=lambda: on_error_of(extra), texts=_TEXTS, ready=ready)
 
     # ------------------------------------------------------------------ set-up
 
-    def _set_namespace(self) -> None:
-        assert self.cache is not None
+    def _set_namespace(self, cache: TieredCache) -> None:
         ns = namespace_for(self.storage_config, self.settings.lifeboat_model_path, self.mem_pool_host)
-        self.namespace_id = self.cache.register_namespace(ns)
+        self.namespace_id = cache.register_namespace(ns)
         log.info("lifeboatcache: SGLang rank %d/%d uses namespace %s (model %s, layout %s, dtype %s)",
                  self.storage_config.tp_rank, self.storage_config.tp_size, self.namespace_id,
                  ns.model or "?", ns.layout or "?", ns.dtype or "?")
 
-    def _check_replicated_reads(self) -> None:
+    def _check_replicated_reads(self, cache: TieredCache) -> None:
         """MLA pages are written by one rank and read by all: the readers must see its writes."""
         cfg = self.storage_config
-        assert self.cache is not None
-        if cfg.is_mla_model and cfg.tp_size > 1 and not any(t.shared for t in self.cache.config.tiers):
+        if cfg.is_mla_model and cfg.tp_size > 1 and not any(t.shared for t in cache.config.tiers):
             log.warning("lifeboatcache: MLA model with TP %d: one rank stores the pages, and no tier is "
                         "`shared = true`, so the other ranks only find pages stored before they started "
                         "(SGLang then counts a miss for all ranks); set shared = true on the persistent tiers",
@@ -108,7 +108,7 @@ class LifeboatHiCacheStorage(HiCacheStorage):
         """The host pool decides the page bytes (dtype, layout, geometry): key by them."""
         super().register_mem_pool_host(mem_pool_host)
         if self.cache is not None:
-            self._set_namespace()
+            self._set_namespace(self.cache)
 
     @property
     def enabled(self) -> bool:

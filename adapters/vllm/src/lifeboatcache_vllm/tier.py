@@ -29,7 +29,7 @@ from lifeboatcache_core.abc import BlockHint, KVLayout
 from lifeboatcache_core.cache import JobResult as CacheJobResult
 from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.config import LifeboatConfig
-from lifeboatcache_core.dashboard_hook import start_dashboard
+from lifeboatcache_core.engine import EngineTexts, open_for_engine
 from lifeboatcache_core.keys import BlockKey, Namespace
 from lifeboatcache_core.threads import process_cpu_seconds, thread_cpu_seconds
 from vllm.v1.kv_offload.base import (
@@ -126,50 +126,38 @@ class LifeboatTier(SecondaryTierManager):
         # (chunks, row bytes) numpy view of the primary region: row slices without copies
         self._primary_rows: np.ndarray = np.asarray(primary_kv_view)
         source = config if config is not None else offloading_spec.extra_config.get(EXTRA_KEY)
-        try:
-            if unknown:
-                raise TypeError(f"unknown keys {sorted(unknown)} in its secondary_tiers entry; valid extra keys: "
-                                "config, locality")
-            self.locality = Locality[(locality or "LOCAL").upper()]
-            settings = resolve_config(source)
-            self.namespace = getattr(offloading_spec, "lifeboat_namespace", None) or namespace_for(
-                offloading_spec.config, offloading_spec.blocks_per_chunk, "unknown",
-                getattr(offloading_spec, "replicated_layout", False))
-            self._payload_bytes = self._chunk_payload_bytes(offloading_spec)
-            # tokens behind one looked-up key, for the cache's token hit-rate metrics
-            self._chunk_tokens = max(g.tokens_per_block for g in offloading_spec.config.groups) * int(
-                offloading_spec.blocks_per_chunk)
-            self._layout = self._chunk_layout(offloading_spec, self.namespace)
-            self.cache = self._open(settings)
-        except Exception as exc:
-            self._give_up(exc, on_error_of(source))
+        self.cache = open_for_engine(
+            lambda: self._open(offloading_spec, source, locality, unknown), on_error=lambda: on_error_of(source),
+            texts=self._give_up, namespace=lambda: self.namespace,
+            ready=lambda cache: log.info("lifeboatcache tier ready: namespace %s, tiers %s, %d-byte chunks",
+                                         self.namespace.id, [t.name for t in cache.tiers], self._payload_bytes))
 
     # ------------------------------------------------------------------ set-up
 
-    def _open(self, settings: LifeboatConfig) -> TieredCache:
-        cache = TieredCache(settings)
-        try:
-            cache.register_namespace(self.namespace)
-            down = [f"{t.name}: {t.reason}" for t in cache.all_tiers if not t.up]
-            if down and settings.engine.on_error == "fail":
-                raise LifeboatTierError(f"tiers not available: {'; '.join(down)}")
-        except Exception:
-            cache.close()
-            raise
-        log.info("lifeboatcache tier ready: namespace %s, tiers %s, %d-byte chunks",
-                 self.namespace.id, [t.name for t in cache.tiers], self._payload_bytes)
-        start_dashboard(cache)  # the node's page and /metrics on 127.0.0.1:9400; never raises
-        return cache
+    def _open(self, offloading_spec: Any, source: Any, locality: str | None, unknown: dict[str, Any]) -> LifeboatConfig:
+        """The engine-side set-up (entry keys, namespace, chunk geometry); returns our config."""
+        if unknown:
+            raise TypeError(f"unknown keys {sorted(unknown)} in its secondary_tiers entry; valid extra keys: "
+                            "config, locality")
+        self.locality = Locality[(locality or "LOCAL").upper()]
+        settings = resolve_config(source)
+        self.namespace = getattr(offloading_spec, "lifeboat_namespace", None) or namespace_for(
+            offloading_spec.config, offloading_spec.blocks_per_chunk, "unknown",
+            getattr(offloading_spec, "replicated_layout", False))
+        self._payload_bytes = self._chunk_payload_bytes(offloading_spec)
+        # tokens behind one looked-up key, for the cache's token hit-rate metrics
+        self._chunk_tokens = max(g.tokens_per_block for g in offloading_spec.config.groups) * int(
+            offloading_spec.blocks_per_chunk)
+        self._layout = self._chunk_layout(offloading_spec, self.namespace)
+        return settings
 
-    def _give_up(self, exc: Exception, on_error: str) -> None:
-        if on_error == "fail":
-            raise LifeboatTierError(
-                f"lifeboatcache tier cannot start: {exc}. vLLM refuses to start because engine.on_error = "
-                f"'fail'; fix the config or set engine.on_error = 'serve' to run without the tier"
-            ) from exc
-        log.error("lifeboatcache tier disabled, vLLM serves without it: %s (engine.on_error = 'serve'; "
-                  "set 'fail' to refuse to start instead)", exc)
-        self.cache = None
+    #: what the tier says when it cannot start (lifeboatcache_core.engine.open_for_engine)
+    _give_up: ClassVar[EngineTexts] = EngineTexts(
+        log=log, error=LifeboatTierError,
+        refuse="lifeboatcache tier cannot start: {exc}. vLLM refuses to start because engine.on_error = "
+               "'fail'; fix the config or set engine.on_error = 'serve' to run without the tier",
+        serve="lifeboatcache tier disabled, vLLM serves without it: %s (engine.on_error = 'serve'; "
+              "set 'fail' to refuse to start instead)")
 
     @staticmethod
     def _chunk_payload_bytes(spec: Any) -> int:
