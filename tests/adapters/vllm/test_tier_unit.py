@@ -103,7 +103,7 @@ def test_store_then_load_round_trips_rows_and_reports_hits(tmp_path: Path) -> No
     assert (counters["lookup_tokens"], counters["lookup_hit_tokens"]) == (5 * 128, 4 * 128)
     cpu = tier.cpu_report()  # what the tier cost: chunks moved, CPU of our threads and of the engine's
     assert (cpu["chunks_stored"], cpu["chunks_loaded"]) == (4, 4)
-    assert cpu["tier_threads_s"] >= 0 and 0 < cpu["engine_thread_s"] <= cpu["process_s"]
+    assert cpu["tier_threads_s"] >= 0 and cpu["engine_thread_s"] > 0 and cpu["process_s"] >= 0
     tier.shutdown()
 
 

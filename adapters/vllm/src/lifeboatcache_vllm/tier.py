@@ -195,10 +195,11 @@ class LifeboatTier(SecondaryTierManager):
         cache = self.cache
         if cache is None:
             return LookupResult.MISS
-        if all(t.index_complete for t in cache.tiers):
-            return self._answer(cache, cache.exists([self._key(key)])[0])
-        # A restarted tier is still indexing: an existence check may touch storage, so it
-        # runs off the scheduler thread and vLLM asks again.
+        known = cache.presence([self._key(key)])[0]
+        if known is not None:
+            return self._answer(cache, known)
+        # Only storage can tell (a restarted tier still indexing, a shared tier another node
+        # writes): the existence check runs off the scheduler thread and vLLM asks again.
         future = self._lookups.get(key)
         if future is None:
             if self._lookup_pool is None:
@@ -379,7 +380,7 @@ class LifeboatTier(SecondaryTierManager):
         moved = self._chunks_stored + self._chunks_loaded
         ours = threads + self._engine_thread_cpu_s
         return {"chunks_stored": self._chunks_stored, "chunks_loaded": self._chunks_loaded,
-                "tier_threads_s": round(threads, 3), "engine_thread_s": round(self._engine_thread_cpu_s, 3),
+                "tier_threads_s": round(threads, 3), "engine_thread_s": round(self._engine_thread_cpu_s, 6),
                 "ours_per_1000_chunks_s": round(1000 * ours / moved, 3) if moved else 0.0,
                 "process_s": round(process_cpu_seconds() - self._process_cpu_at_start, 3)}
 
