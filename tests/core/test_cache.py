@@ -257,3 +257,22 @@ def test_touch_orders_recency_without_io(tmp_path: Path) -> None:
         tier.resize(per_block * 3)
         assert [k in tier.index for k in ks] == [True, True, False, False, False, True]
         cache.touch(keys(2, start=50))  # unknown keys: nothing happens, nothing raises
+
+
+def test_a_full_tier_keeps_prefix_heads_and_declines_deeper_blocks(tmp_path: Path) -> None:
+    """keep_prefixes: a full tier never evicts a shallower chain block to admit a deeper one."""
+    from lifeboatcache_core.abc import BlockHint
+
+    def at(depth: int) -> BlockHint:
+        return BlockHint(depth=depth)
+
+    with open_cache(tmp_path, file_tier(tmp_path / "t", io_threads=1)) as cache:
+        heads, deep, new_heads = keys(3), keys(2, start=10), keys(1, start=20)
+        assert all(cache.put(heads, blobs(3, 4096), hints=[at(0), at(1), at(2)]))
+        tier = cache.tiers[0]
+        tier.resize(tier.used + 1000)  # full: the next block needs a victim
+        assert cache.put(deep[:1], blobs(1, 4096), hints=[at(5)]) == [False]  # would evict depth 0: declined
+        assert [k in tier.index for k in heads] == [True, True, True] and tier.stats.declined == 1
+        assert cache.put(new_heads, blobs(1, 4096), hints=[at(0)]) == [True]  # as shallow as the LRU victim
+        assert heads[0] not in tier.index and new_heads[0] in tier.index
+        assert cache.put(deep[1:], blobs(1, 4096)) == [True]  # no depth: admitted as before

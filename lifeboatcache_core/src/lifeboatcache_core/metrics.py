@@ -43,6 +43,7 @@ class TierStats:
     errors: int = 0
     promotions: int = 0
     raw_bytes_written: int = 0
+    declined: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -61,6 +62,7 @@ COUNTERS = {
     "errors": "I/O errors (served as misses)",
     "promotions": "Blocks copied up into this tier after a lower-tier hit",
     "raw_bytes_written": "Raw (engine) bytes of the blocks stored in this tier, before the codec",
+    "declined": "Blocks a full tier declined rather than evict a shallower prefix block (keep_prefixes)",
 }
 
 #: per-tier gauges: name -> help

@@ -74,6 +74,7 @@ class Tier:
         self.lock = threading.Lock()
         self._space = threading.Condition(self.lock)  # signalled when a reservation is released
         self.index: dict[BlockKey, int] = {}
+        self._depth: dict[BlockKey, int] = {}  # prefix depth of blocks stored with one (keep_prefixes)
         self.used = 0
         self.reserved = 0
         self.stats = TierStats()
@@ -283,6 +284,7 @@ class Tier:
         """Remove ``key`` from index and policy (caller holds ``lock``); return its size."""
         size = self.index.pop(key, 0)
         self.used -= size
+        self._depth.pop(key, None)
         self.policy.remove(key)
         if self.manifest is not None:
             self.manifest.record_delete(key)
@@ -309,7 +311,8 @@ class Tier:
             return False
         payload_len = sum(memoryview(p).nbytes for p in pieces)
         estimate = payload_len + BLOCK_OVERHEAD
-        victims = self._reserve(key, estimate, backend)
+        depth = hint.depth if hint is not None and self.cfg.keep_prefixes else None
+        victims = self._reserve(key, estimate, backend, depth)
         if victims is None:
             return False
         self._drop(victims)
@@ -335,6 +338,8 @@ class Tier:
                 self.used -= old
             self.index[key] = stored
             self.used += stored
+            if depth is not None:
+                self._depth[key] = depth
             self.policy.insert(key, stored, hint)
             self.stats.puts += 1
             self.stats.bytes_written += stored
@@ -344,11 +349,14 @@ class Tier:
         self._io_ok()
         return True
 
-    def _reserve(self, key: BlockKey, estimate: int, backend: Backend) -> list[tuple[BlockKey, int]] | None:
+    def _reserve(self, key: BlockKey, estimate: int, backend: Backend,
+                 depth: int | None = None) -> list[tuple[BlockKey, int]] | None:
         """Pick victims so that ``estimate`` more bytes fit; reserve them. None: cannot fit.
 
         Space held by in-flight writes is not evictable yet: wait (bounded) for them to land
-        rather than exceed the capacity or give up at once.
+        rather than exceed the capacity or give up at once. With ``depth`` (``keep_prefixes``)
+        the policy's next victim must be at least as deep in its prefix chain as the incoming
+        block, else the incoming block is declined (``stats.declined``) and nothing waits.
         """
         if estimate > self.capacity:
             return None
@@ -363,9 +371,13 @@ class Tier:
             while True:
                 # the filesystem must hold this block and every reserved one (reserve_free_gb kept)
                 fs_short = 0 if fs_free is None else estimate + self.reserved - fs_free - freed
+                declined = False
                 while self.used + self.reserved + estimate > self.capacity or fs_short > 0:
                     victim = self.policy.victim(key)
                     if victim is None:
+                        break
+                    if depth is not None and self._depth.get(victim, depth) < depth:
+                        declined = True
                         break
                     size = self._forget(victim)
                     freed += size
@@ -374,11 +386,13 @@ class Tier:
                     self.stats.evictions += 1
                 fits = self.used + self.reserved + estimate <= self.capacity and fs_short <= 0
                 remaining = deadline - time.monotonic()
-                if fits or self.reserved == 0 or remaining <= 0:
+                if fits or declined or self.reserved == 0 or remaining <= 0:
                     break
                 self._space.wait(remaining)
             if fits:
                 self.reserved += estimate
+            elif declined:
+                self.stats.declined += 1
         if not fits:
             self._drop(victims)
             return None

@@ -47,6 +47,8 @@ from lifeboatcache_vllm.settings import EXTRA_KEY, ensure_log_handler, on_error_
 
 log = logging.getLogger("lifeboatcache.vllm")
 
+#: how often a busy tier logs its ``cpu_report`` line (and once more at a clean shutdown)
+CPU_LOG_INTERVAL_S = 30.0
 _ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
@@ -122,6 +124,7 @@ class LifeboatTier(SecondaryTierManager):
         self._engine_thread_cpu_s = 0.0
         self._chunks_stored = self._chunks_loaded = 0
         self._process_cpu_at_start = process_cpu_seconds()
+        self._next_cpu_log = time.monotonic() + CPU_LOG_INTERVAL_S
         self._lookup_pool: ThreadPoolExecutor | None = None
         # (chunks, row bytes) numpy view of the primary region: row slices without copies
         self._primary_rows: np.ndarray = np.asarray(primary_kv_view)
@@ -307,6 +310,10 @@ class LifeboatTier(SecondaryTierManager):
                 result = self._result(done)
                 if result is not None:
                     out.append(result)
+            now = time.monotonic()
+            if now >= self._next_cpu_log:  # vLLM aborts EngineCore on SIGTERM: shutdown may never log
+                self._next_cpu_log = now + CPU_LOG_INTERVAL_S
+                log.info("lifeboatcache tier cpu: %s", json.dumps(self.cpu_report()))
         return out
 
     def has_pending_work(self) -> bool:
