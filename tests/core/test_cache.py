@@ -260,19 +260,30 @@ def test_touch_orders_recency_without_io(tmp_path: Path) -> None:
 
 
 def test_a_full_tier_keeps_prefix_heads_and_declines_deeper_blocks(tmp_path: Path) -> None:
-    """keep_prefixes: a full tier never evicts a shallower chain block to admit a deeper one."""
+    """keep_prefixes: a full tier makes room only with deeper blocks, or ones idle for keep_prefixes_idle_s."""
+    import time
+
     from lifeboatcache_core.abc import BlockHint
 
-    def at(depth: int) -> BlockHint:
-        return BlockHint(depth=depth)
+    def at(depth: int) -> list[BlockHint]:
+        return [BlockHint(depth=depth)]
 
-    with open_cache(tmp_path, file_tier(tmp_path / "t", io_threads=1)) as cache:
-        heads, deep, new_heads = keys(3), keys(2, start=10), keys(1, start=20)
-        assert all(cache.put(heads, blobs(3, 4096), hints=[at(0), at(1), at(2)]))
+    tier_config = file_tier(tmp_path / "t", io_threads=1, keep_prefixes_idle_s=0.5)
+    with open_cache(tmp_path, tier_config) as cache:
+        chain = keys(3)  # stored tail first: the LRU victim is the deepest
+        for key, depth in zip(chain, (2, 1, 0), strict=True):
+            assert cache.put([key], blobs(1, 4096), hints=at(depth)) == [True]
         tier = cache.tiers[0]
-        tier.resize(tier.used + 1000)  # full: the next block needs a victim
-        assert cache.put(deep[:1], blobs(1, 4096), hints=[at(5)]) == [False]  # would evict depth 0: declined
-        assert [k in tier.index for k in heads] == [True, True, True] and tier.stats.declined == 1
-        assert cache.put(new_heads, blobs(1, 4096), hints=[at(0)]) == [True]  # as shallow as the LRU victim
-        assert heads[0] not in tier.index and new_heads[0] in tier.index
-        assert cache.put(deep[1:], blobs(1, 4096)) == [True]  # no depth: admitted as before
+        from lifeboatcache_core.tier import BLOCK_OVERHEAD
+
+        # full: every further block needs exactly one victim (a put reserves payload + overhead)
+        tier.resize(tier.used - tier.used // 3 + 4096 + BLOCK_OVERHEAD + 64)
+        assert cache.put(keys(1, start=10), blobs(1, 4096), hints=at(5)) == [False]  # victim depth 2: declined
+        assert all(k in tier.index for k in chain) and tier.stats.declined == 1
+        assert cache.put(keys(1, start=11), blobs(1, 4096), hints=at(1)) == [True]  # evicts the depth-2 block
+        assert chain[0] not in tier.index
+        assert cache.put(keys(1, start=12), blobs(1, 4096), hints=at(1)) == [False]  # victim depth 1, in use
+        assert tier.stats.declined == 2
+        time.sleep(0.6)  # the victim has been idle long enough: its session may have ended
+        assert cache.put(keys(1, start=12), blobs(1, 4096), hints=at(1)) == [True]
+        assert cache.put(keys(1, start=13), blobs(1, 4096)) == [True]  # no depth: admitted as before

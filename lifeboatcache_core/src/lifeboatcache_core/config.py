@@ -80,12 +80,15 @@ class TierConfig(BaseModel):
     #: a key missing from this process's index is looked up on the backend (one stat) before it
     #: counts as a miss, and adopted into the index when found
     shared: bool = False
-    #: a full tier never evicts a block shallower in its prefix chain (``BlockHint.depth``) than the
-    #: one it would admit; it declines the deeper block instead. A prompt hits only up to its first
-    #: miss, so a session's head is worth more than any tail: agents that take turns over a disk too
-    #: small for all of them then keep every session's leading chunks instead of evicting the
-    #: sessions about to return (LRU's failure on cycles). Blocks without a depth are always evictable.
+    #: a full tier evicts a block for a new one only if the victim is deeper in its prefix chain
+    #: (``BlockHint.depth``) or has not been used for ``keep_prefixes_idle_s``; otherwise it declines
+    #: the new block. A prompt hits only up to its first miss, so a session's head is worth more than
+    #: any tail, and among equals the block in use is worth more than the newcomer: agents that take
+    #: turns over a disk too small for all of them keep every session's leading chunks instead of
+    #: evicting the sessions about to return (LRU's failure on cycles), while the blocks of sessions
+    #: that ended still make room. Blocks without a depth (e.g. after a restart) are always evictable.
     keep_prefixes: bool = True
+    keep_prefixes_idle_s: float = Field(default=600.0, gt=0)
     #: "keyed" signs every block (HMAC-SHA256) so writers without the key cannot plant KV in a
     #: shared tier (lifeboatcache_core.integrity); "xxh3" detects damage only
     integrity: Literal["xxh3", "keyed"] = "xxh3"

@@ -74,7 +74,9 @@ class Tier:
         self.lock = threading.Lock()
         self._space = threading.Condition(self.lock)  # signalled when a reservation is released
         self.index: dict[BlockKey, int] = {}
-        self._depth: dict[BlockKey, int] = {}  # prefix depth of blocks stored with one (keep_prefixes)
+        # keep_prefixes: prefix depth of blocks stored with one, and when each was last used
+        self._depth: dict[BlockKey, int] = {}
+        self._used_at: dict[BlockKey, float] = {}
         self.used = 0
         self.reserved = 0
         self.stats = TierStats()
@@ -272,11 +274,14 @@ class Tier:
         Returns how many of ``keys`` this tier holds.
         """
         held = 0
+        now = time.monotonic()
         with self.lock:
-            index, policy = self.index, self.policy
+            index, policy, depth, used_at = self.index, self.policy, self._depth, self._used_at
             for key in keys:
                 if key in index:
                     policy.touch(key)
+                    if key in depth:
+                        used_at[key] = now
                     held += 1
         return held
 
@@ -284,7 +289,8 @@ class Tier:
         """Remove ``key`` from index and policy (caller holds ``lock``); return its size."""
         size = self.index.pop(key, 0)
         self.used -= size
-        self._depth.pop(key, None)
+        if self._depth.pop(key, None) is not None:
+            self._used_at.pop(key, None)
         self.policy.remove(key)
         if self.manifest is not None:
             self.manifest.record_delete(key)
@@ -340,6 +346,7 @@ class Tier:
             self.used += stored
             if depth is not None:
                 self._depth[key] = depth
+                self._used_at[key] = time.monotonic()
             self.policy.insert(key, stored, hint)
             self.stats.puts += 1
             self.stats.bytes_written += stored
@@ -376,7 +383,7 @@ class Tier:
                     victim = self.policy.victim(key)
                     if victim is None:
                         break
-                    if depth is not None and self._depth.get(victim, depth) < depth:
+                    if depth is not None and self._protected(victim, depth):
                         declined = True
                         break
                     size = self._forget(victim)
@@ -397,6 +404,13 @@ class Tier:
             self._drop(victims)
             return None
         return victims
+
+    def _protected(self, victim: BlockKey, depth: int) -> bool:
+        """keep_prefixes: may ``victim`` not make room for a block at ``depth``? (caller holds ``lock``)"""
+        victim_depth = self._depth.get(victim)
+        if victim_depth is None or victim_depth > depth:
+            return False
+        return time.monotonic() - self._used_at.get(victim, 0.0) < self.cfg.keep_prefixes_idle_s
 
     def _drop(self, victims: list[tuple[BlockKey, int]]) -> None:
         """Delete evicted blocks in one bulk call (S3 runs it concurrently), demoting them first to a
@@ -477,6 +491,8 @@ class Tier:
                 self.used += size
                 self.policy.insert(key, size, None)
             self.policy.touch(key)
+            if key in self._depth:
+                self._used_at[key] = time.monotonic()
             self.stats.hits += 1
             self.stats.bytes_read += self.index.get(key, 0)
         if self.manifest is not None:
