@@ -79,18 +79,22 @@ def on_engine_thread(method: _F) -> _F:
     return timed  # type: ignore[return-value]
 
 
-def request_chain(req_context: ReqContext) -> list[OffloadKey]:
-    """Every offload key of a request, head to tail: the chunks its prompt (and output) used.
+def key_positions(req_context: ReqContext) -> dict[OffloadKey, int]:
+    """End-token position of every offload key of a request ({} where vLLM does not record them).
 
-    vLLM's scheduler records the end-token position of each of the request's keys in the
-    request context (``set_offload_key_position``) whether the chunk hit in device KV, in
-    its CPU tier or nowhere; its own CPU-tier LRU orders recency by them. vLLM 0.32/0.33
-    offer no public accessor for the whole map, so this reads ``_offload_key_positions``
-    and returns ``[]`` where it is missing (another vLLM: no recency updates, nothing breaks).
+    vLLM's scheduler records them in the request context (``set_offload_key_position``)
+    whether the chunk hit in device KV, in its CPU tier or nowhere; its own CPU-tier LRU
+    orders recency by them. vLLM 0.32/0.33 offer no public accessor for the whole map, so
+    this reads ``_offload_key_positions``; another vLLM without it gets no recency updates
+    and no hints, and nothing breaks.
     """
     positions = getattr(req_context, "_offload_key_positions", None)
-    if not isinstance(positions, dict) or not positions:
-        return []
+    return positions if isinstance(positions, dict) else {}
+
+
+def request_chain(req_context: ReqContext) -> list[OffloadKey]:
+    """Every offload key of a request, head to tail: the chunks its prompt (and output) used."""
+    positions = key_positions(req_context)
     return sorted(positions, key=positions.__getitem__)
 
 
@@ -251,8 +255,8 @@ class LifeboatTier(SecondaryTierManager):
         sees it (sessions that share their whole first chunk share an episode). ``depth``: the
         chunk's index in the chain; ``parent``: the chunk before it.
         """
-        positions = getattr(req_context, "_offload_key_positions", None)
-        if not isinstance(positions, dict):
+        positions = key_positions(req_context)
+        if not positions:
             return [None] * len(keys)
         tokens = self._chunk_tokens
         at = {(bytes(k)[-4:], p): k for k, p in positions.items()}  # (group, end token) -> key
