@@ -362,8 +362,10 @@ class Tier:
 
         Space held by in-flight writes is not evictable yet: wait (bounded) for them to land
         rather than exceed the capacity or give up at once. With ``depth`` (``keep_prefixes``)
-        the policy's next victim must be at least as deep in its prefix chain as the incoming
-        block, else the incoming block is declined (``stats.declined``) and nothing waits.
+        each victim must be deeper in its prefix chain than the incoming block or idle for
+        ``keep_prefixes_idle_s`` (``_protected``); at the first that is neither the incoming
+        block is declined (``stats.declined``) and nothing waits. Deeper victims taken before
+        that stay evicted: their space serves the next store (a policy offers no look-ahead).
         """
         if estimate > self.capacity:
             return None
