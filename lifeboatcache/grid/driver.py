@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,10 +107,25 @@ def _serve_phase(plan: GridPlan, config: GridConfig, dram_gb: float, tier_dir: P
                                 think_scale=plan.options.think_scale, token_map=plan.options.token_map)
         replayed = replay_with_progress(sessions, endpoint, options, console, label=label)
         lifeboat = scrape_lifeboat(port) if port else None
+        save_engine_metrics(server.url, log.with_name(f"{log.stem}-vllm-metrics.txt"))
         status = server.exited()
         failure = None if status is None else server.failure(f"exited with status {status} during the replay")
         server.stop(sig=stop_signal)
     return _Phase(replayed, log, lifeboat, failure)
+
+
+def save_engine_metrics(base_url: str, path: Path, timeout_s: float = 10.0) -> None:
+    """The engine's whole Prometheus text at the end of a replay, beside its log, for diagnosis.
+
+    The summary keeps only the counters the tables need; the rest (vLLM's tier transfer times,
+    allocation failures, skipped stores, lookup delays) is what explains a difference between
+    two columns. A server that does not answer leaves no file.
+    """
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout_s) as response:
+            path.write_bytes(response.read())
+    except OSError:
+        pass
 
 
 def run_cell(plan: GridPlan, config: str | GridConfig, dram_gb: float | None, agents: int,
