@@ -31,6 +31,7 @@ from lifeboatcache_core.fleet import tier_class
 from lifeboatcache_core.keys import BlockKey, Namespace
 from lifeboatcache_core.plugins import get_registry
 from lifeboatcache_core.registry import PluginRegistry
+from lifeboatcache_core.staging import Stager
 from lifeboatcache_core.threads import name_os_thread
 from lifeboatcache_core.tier import Tier, layout_from_meta
 
@@ -101,6 +102,8 @@ class TieredCache:
         self._background_index = background_index
         self._config_lock = threading.Lock()
         self.telemetry = metrics.CacheStats()
+        #: predictive staging into ``stage = true`` tiers (:mod:`lifeboatcache_core.staging`)
+        self.stager = Stager(lambda: self.tiers, self.telemetry.add)
         self.last_reconfiguration: Reconfiguration | None = None
         for tier in self.all_tiers:
             if tier.open():
@@ -109,6 +112,7 @@ class TieredCache:
         self._link_tiers()
         self._monitor = threading.Thread(target=self._monitor_loop, name="lifeboat-health", daemon=True)
         self._monitor.start()
+        self.stager.start()
         metrics.track(self)
 
     @classmethod
@@ -255,6 +259,9 @@ class TieredCache:
         self.telemetry.add(put_blocks=len(keys))
         views = [as_byte_view(b) for b in buffers]
         valid = [i for i, k in enumerate(keys) if self._valid(k)]
+        if hints:
+            self.stager.observe_put([keys[i] for i in valid], [views[i].nbytes for i in valid], layout,
+                                    [hints[i] for i in valid])
         up = self.tiers
         targets = [t for j, t in enumerate(up) if j == 0 or t.write_mode == "through"]
 
@@ -275,6 +282,7 @@ class TieredCache:
         job = self._new_job("get", len(keys))
         self.telemetry.add(lookups=1, lookup_blocks=len(keys))
         views = [as_byte_view(b) for b in buffers]
+        self.stager.observe_get(keys)
         up = self.tiers
         groups: dict[int, list[int]] = {}
         misses = [0] * len(up)
@@ -461,6 +469,24 @@ class TieredCache:
         """Adapters report token-level lookups (the engine's view of a prefix hit) for the hit-rate metrics."""
         self.telemetry.add(lookup_tokens=tokens_requested, lookup_hit_tokens=tokens_hit)
 
+    # ------------------------------------------------------------------ staging hints
+
+    def stage(self, session: str, eta_s: float) -> int:
+        """Hint: ``session`` (its blocks' ``BlockHint.tag``) returns in ``eta_s`` seconds.
+
+        For an agent framework or router that knows better than the eviction policy's estimate.
+        Its blocks are staged into the ``stage = true`` tiers in time, in the background (never
+        evicting a block that only that tier holds); returns how many of its blocks are known.
+        """
+        return self.stager.stage(session, eta_s)
+
+    def release(self, session: str) -> int:
+        """Hint: ``session`` is done or away for long: stop staging it, take back its unused staged copies.
+
+        Returns the bytes taken back (counted as staged-and-wasted).
+        """
+        return self.stager.release(session)
+
     # ------------------------------------------------------------------ live configuration
 
     def apply_config(self, new_config: LifeboatConfig) -> list[str]:
@@ -499,6 +525,7 @@ class TieredCache:
         if self._closed.is_set():
             return
         self._closed.set()
+        self.stager.close()
         metrics.untrack(self)
         for tier in self.all_tiers:
             tier.close()

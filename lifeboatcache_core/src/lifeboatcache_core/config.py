@@ -89,6 +89,10 @@ class TierConfig(BaseModel):
     #: that ended still make room. Blocks without a depth (e.g. after a restart) are always evictable.
     keep_prefixes: bool = True
     keep_prefixes_idle_s: float = Field(default=600.0, gt=0)
+    #: predictive staging (lifeboatcache_core.staging): blocks of a session expected back soon (a
+    #: ``TieredCache.stage`` hint, or the policy's estimate) are copied into this tier from the tiers
+    #: below before it returns, into free room or over victims a lower tier still holds
+    stage: bool = False
     #: "keyed" signs every block (HMAC-SHA256) so writers without the key cannot plant KV in a
     #: shared tier (lifeboatcache_core.integrity); "xxh3" detects damage only
     integrity: Literal["xxh3", "keyed"] = "xxh3"

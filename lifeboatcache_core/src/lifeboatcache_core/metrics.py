@@ -95,6 +95,10 @@ CACHE_COUNTERS = {
     "lookup_hit_tokens": "Tokens the engine got from the cache instead of recomputing (reported by the adapter)",
     "lookup_miss_tokens": "Tokens the engine looked up and had to recompute (reported by the adapter)",
     "put_blocks": "Blocks the engine offered for storage",
+    "staged_bytes": "Raw bytes of blocks predictive staging copied up into a stage = true tier",
+    "staged_used_bytes": "Staged raw bytes the engine then asked for (staging that paid off)",
+    "staged_wasted_bytes": "Staged raw bytes nobody asked for by their deadline, or released (taken back)",
+    "staged_late_arrivals": "Sessions that returned while some of their blocks were still below the top staging tier",
 }
 
 #: upper bounds (seconds) of the latency histograms: 50 µs .. 10 s
@@ -142,6 +146,10 @@ class CacheStats:
     lookup_tokens: int = 0
     lookup_hit_tokens: int = 0
     put_blocks: int = 0
+    staged_bytes: int = 0
+    staged_used_bytes: int = 0
+    staged_wasted_bytes: int = 0
+    staged_late_arrivals: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     job_latency: dict[str, LatencyHistogram] = field(
         default_factory=lambda: {op: LatencyHistogram() for op in OPS}, repr=False, compare=False

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -298,8 +298,13 @@ class Tier:
 
     # ------------------------------------------------------------------ put
 
-    def store(self, key: BlockKey, raw: memoryview, layout: KVLayout | None, hint: BlockHint | None) -> bool:
-        """Encode and store one block; False (never an exception) when it could not be stored."""
+    def store(self, key: BlockKey, raw: memoryview, layout: KVLayout | None, hint: BlockHint | None, *,
+              evictable: Callable[[BlockKey], bool] | None = None) -> bool:
+        """Encode and store one block; False (never an exception) when it could not be stored.
+
+        ``evictable`` (a stager's store) vetoes victims: the block then goes only into free room
+        or over victims it accepts, and never waits for in-flight writes (see ``_reserve``).
+        """
         backend = self.backend
         if not self.up or backend is None:
             return False
@@ -318,7 +323,7 @@ class Tier:
         payload_len = sum(memoryview(p).nbytes for p in pieces)
         estimate = payload_len + BLOCK_OVERHEAD
         depth = hint.depth if hint is not None and self.cfg.keep_prefixes else None
-        victims = self._reserve(key, estimate, backend, depth)
+        victims = self._reserve(key, estimate, backend, depth, evictable)
         if victims is None:
             return False
         self._drop(victims)
@@ -357,7 +362,8 @@ class Tier:
         return True
 
     def _reserve(self, key: BlockKey, estimate: int, backend: Backend,
-                 depth: int | None = None) -> list[tuple[BlockKey, int]] | None:
+                 depth: int | None = None,
+                 evictable: Callable[[BlockKey], bool] | None = None) -> list[tuple[BlockKey, int]] | None:
         """Pick victims so that ``estimate`` more bytes fit; reserve them. None: cannot fit.
 
         Space held by in-flight writes is not evictable yet: wait (bounded) for them to land
@@ -366,6 +372,8 @@ class Tier:
         ``keep_prefixes_idle_s`` (``_protected``); at the first that is neither the incoming
         block is declined (``stats.declined``) and nothing waits. Deeper victims taken before
         that stay evicted: their space serves the next store (a policy offers no look-ahead).
+        ``evictable`` declines the same way at the first victim it refuses (not counted in
+        ``stats.declined``), and a store with it never waits: staging must not hold a thread.
         """
         if estimate > self.capacity:
             return None
@@ -388,6 +396,9 @@ class Tier:
                     if depth is not None and self._protected(victim, depth):
                         declined = True
                         break
+                    if evictable is not None and not evictable(victim):
+                        declined = True
+                        break
                     size = self._forget(victim)
                     freed += size
                     fs_short -= size
@@ -395,17 +406,27 @@ class Tier:
                     self.stats.evictions += 1
                 fits = self.used + self.reserved + estimate <= self.capacity and fs_short <= 0
                 remaining = deadline - time.monotonic()
-                if fits or declined or self.reserved == 0 or remaining <= 0:
+                if fits or declined or self.reserved == 0 or remaining <= 0 or evictable is not None:
                     break
                 self._space.wait(remaining)
             if fits:
                 self.reserved += estimate
-            elif declined:
+            elif declined and evictable is None:
                 self.stats.declined += 1
         if not fits:
             self._drop(victims)
             return None
         return victims
+
+    def discard(self, keys: Sequence[BlockKey]) -> int:
+        """Evict ``keys`` now, like the policy's victims (write-back tiers below get them first).
+
+        For a stager taking back copies it placed and nobody used. Returns the bytes freed.
+        """
+        with self.lock:
+            victims = [(key, self._forget(key)) for key in keys if key in self.index]
+        self._drop(victims)
+        return sum(size for _key, size in victims)
 
     def _protected(self, victim: BlockKey, depth: int) -> bool:
         """keep_prefixes: may ``victim`` not make room for a block at ``depth``? (caller holds ``lock``)"""

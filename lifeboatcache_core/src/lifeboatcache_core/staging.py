@@ -1,0 +1,557 @@
+"""Predictive staging: move a session's blocks up the tier stack before the session returns.
+
+An agent between two turns is thinking or waiting for a tool while its KV sits in whichever
+tier eviction left it (often a file tier or object storage). The :class:`Stager` uses that
+wait: from each session's expected return time (a hint, ``TieredCache.stage``, or the eviction
+policy's own estimate, ``ReturnEstimator``) it copies the session's blocks into the tiers
+configured with ``stage = true`` above the tier that holds them, head of the prefix first (a
+prompt hits only up to its first miss), so that they are in the fastest tier when the turn
+arrives. What it staged and was not used by ``eta + grace_s`` is taken back (``Tier.discard``)
+and counted as waste.
+
+Rules it keeps:
+
+- **Never a miss for a hit.** A staging store may only use free room or evict a block that
+  the tier's policy picks anyway *and* that stays in the cache below (a lower tier holds it),
+  and never a block of a session expected back no later than the one being staged
+  (``_evictable``). A staged copy is taken back only while a lower tier still holds the block.
+- **Never in the engine's way.** Sessions are learned in ``observe_put`` / ``observe_get``,
+  which do dictionary work under a lock that is never held across I/O or a tier's lock. All
+  reads and writes run on the tiers' own I/O pools, at most ``max_inflight`` blocks at a time
+  and ``rate_bytes_s`` on average, so the engine's loads always find a free thread when a tier
+  has ``io_threads`` > ``max_inflight``.
+- **Per tier switch.** Only up tiers with ``stage = true`` receive staged blocks; with none the
+  stager's thread sleeps until woken.
+
+Session identity is ``BlockHint.tag`` as the adapter sets it (the vLLM adapter: the hex of the
+prompt's first chunk hash; see docs/ARCHITECTURE.md, "Predictive staging"). The stager keeps
+what it learned in memory only: after a restart a session is known again from its next puts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from lifeboatcache_core.abc import BlockHint, EvictionPolicy, KVLayout
+from lifeboatcache_core.config import TierConfig
+from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.threads import name_os_thread
+
+log = logging.getLogger("lifeboatcache")
+
+#: counters the stager adds to the cache's telemetry (``metrics.CacheStats``)
+COUNTERS = ("staged_bytes", "staged_used_bytes", "staged_wasted_bytes", "staged_late_arrivals")
+
+
+@runtime_checkable
+class ReturnEstimator(Protocol):
+    """An eviction policy that predicts when a session (``BlockHint.tag``) comes back.
+
+    ``expected_return`` answers in ``time.monotonic`` seconds (the clock a tier's policy uses),
+    or None when it has no estimate. It is called under the tier's lock, like every policy call.
+    """
+
+    def expected_return(self, tag: str) -> float | None: ...
+
+
+class StagingTier(Protocol):
+    """What the stager uses of a tier (``lifeboatcache_core.tier.Tier`` provides it)."""
+
+    name: str
+    up: bool
+    cfg: TierConfig
+    policy: EvictionPolicy
+    lock: threading.Lock
+    read_pool: Executor
+    write_pool: Executor
+
+    def presence(self, key: BlockKey) -> bool | None: ...
+
+    def fetch(self, key: BlockKey, dest: memoryview) -> Any: ...
+
+    def store(self, key: BlockKey, raw: memoryview, layout: KVLayout | None, hint: BlockHint | None, *,
+              evictable: Callable[[BlockKey], bool] | None = None) -> bool: ...
+
+    def discard(self, keys: Sequence[BlockKey]) -> int: ...
+
+
+@dataclass
+class _Block:
+    nbytes: int
+    layout: KVLayout | None
+    hint: BlockHint
+
+
+@dataclass
+class _Session:
+    blocks: dict[BlockKey, _Block] = field(default_factory=dict)
+    #: a hint (``stage``) overrides the policy's estimate until the session is next seen
+    hinted: bool = False
+    #: ``release`` was called: no staging from the policy's estimate until the session is next seen
+    released: bool = False
+    #: when it last arrived (clock seconds): a policy estimate not past it is the visit now under way
+    arrived_at: float = float("-inf")
+
+
+@dataclass
+class _Plan:
+    """Staging of one session for one expected return."""
+
+    eta: float
+    hinted: bool
+    order: list[BlockKey]
+    cursor: int = 0
+    inflight: int = 0
+
+
+@dataclass
+class _Staged:
+    session: str
+    nbytes: int
+    deadline: float
+    tiers: list[str] = field(default_factory=list)
+
+
+class Stager:
+    """Stages sessions' blocks into ``stage = true`` tiers before their expected return.
+
+    ``tiers`` returns the up tiers, top first (``TieredCache.tiers``); ``count`` adds to the
+    cache's counters (``CacheStats.add``). ``clock`` (``time.monotonic``) measures return
+    times; the rate limit always uses ``time.monotonic``.
+    """
+
+    def __init__(self, tiers: Callable[[], Sequence[StagingTier]], count: Callable[..., None], *,
+                 rate_bytes_s: float = 200e6, max_inflight: int = 2, lead_s: float = 1.0,
+                 grace_s: float = 10.0, poll_s: float = 0.25, max_sessions: int = 100_000) -> None:
+        self._tiers = tiers
+        self._count = count
+        #: average bytes per second the stager reads from lower tiers (its share of their bandwidth)
+        self.rate_bytes_s = rate_bytes_s
+        #: blocks being staged at once, over all tiers (each holds one I/O thread of a tier)
+        self.max_inflight = max_inflight
+        #: start staging at least this long before the expected return (more for a larger session)
+        self.lead_s = lead_s
+        #: staged blocks not used by ``eta + grace_s`` are taken back and counted as waste
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+        self.max_sessions = max_sessions
+        self.clock: Callable[[], float] = time.monotonic
+        self._lock = threading.Lock()
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._session_of: dict[BlockKey, str] = {}
+        self._plans: dict[str, _Plan] = {}
+        self._staged: dict[BlockKey, _Staged] = {}
+        self._queued: set[BlockKey] = set()
+        self._inflight = 0
+        self._budget = 0.0
+        self._budget_at = time.monotonic()
+        self._estimated_at = float("-inf")
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._idle = threading.Condition()
+        self._ticket = 0
+        self._idle_ticket = 0
+        self._thread = threading.Thread(target=self._loop, name="lifeboat-stage", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop planning; blocks already submitted finish on the tiers' pools."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+
+    # ------------------------------------------------------------------ engine-facing (no I/O)
+
+    def observe_put(self, keys: Sequence[BlockKey], sizes: Sequence[int], layout: KVLayout | None,
+                    hints: Sequence[BlockHint | None]) -> None:
+        """Learn which session each stored block belongs to (its hint's tag). Memory only."""
+        with self._lock:
+            for key, nbytes, hint in zip(keys, sizes, hints, strict=True):
+                if hint is None or hint.tag is None:
+                    continue
+                session = self._session(hint.tag)
+                session.released = False
+                if key not in session.blocks:
+                    session.blocks[key] = _Block(nbytes, layout, hint)
+                    self._session_of[key] = hint.tag
+
+    def observe_get(self, keys: Sequence[BlockKey]) -> None:
+        """The engine asks for ``keys``: count staged blocks as used, and arrivals as on time or late.
+
+        An arrival is late when a session that had a staging plan asks for a block that is in a
+        lower tier but not yet in the top staging tier. Reads only in-memory indexes.
+        """
+        if not self._staged and not self._plans:
+            return
+        tiers = list(self._tiers())
+        top = next((t for t in tiers if t.cfg.stage), None)
+        now = self.clock()
+        used = late = 0
+        with self._lock:
+            arrived: set[str] = set()
+            behind: set[str] = set()
+            for key in keys:
+                record = self._staged.pop(key, None)
+                if record is not None:
+                    used += record.nbytes
+                tag = self._session_of.get(key)
+                if tag is None or tag not in self._plans:
+                    continue
+                arrived.add(tag)
+                if top is not None and top.presence(key) is not True and _held_below(tiers, key, top):
+                    behind.add(tag)
+            for tag in arrived:
+                del self._plans[tag]
+                session = self._sessions.get(tag)
+                if session is not None:
+                    session.hinted, session.released, session.arrived_at = False, False, now
+                if tag in behind:
+                    late += 1
+        if used or late:
+            self._count(staged_used_bytes=used, staged_late_arrivals=late)
+
+    # ------------------------------------------------------------------ hints
+
+    def stage(self, session: str, eta_s: float) -> int:
+        """Expect ``session`` back in ``eta_s`` seconds; returns how many of its blocks are known."""
+        if eta_s < 0:
+            raise ValueError(f"eta_s {eta_s} must be >= 0 (seconds from now)")
+        with self._lock:
+            known = self._sessions.get(session)
+            if known is None:
+                return 0
+            known.hinted, known.released = True, False
+            self._sessions.move_to_end(session)
+            self._plans[session] = self._new_plan(known, self.clock() + eta_s, hinted=True)
+            count = len(known.blocks)
+        self._wake.set()
+        return count
+
+    def release(self, session: str) -> int:
+        """``session`` is not coming back soon: stop staging it and take back what was staged unused.
+
+        Returns the bytes of staged blocks taken back (counted as waste). The policy's estimate
+        does not stage it again until the session is next seen.
+        """
+        with self._lock:
+            known = self._sessions.get(session)
+            if known is not None:
+                known.hinted, known.released = False, True
+            self._plans.pop(session, None)
+            records = {k: r for k, r in self._staged.items() if r.session == session}
+            for key in records:
+                del self._staged[key]
+        wasted = self._take_back(records)
+        self._wake.set()
+        return wasted
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Wait until a full pass found nothing to do now and nothing in flight (tests, benchmarks)."""
+        with self._idle:
+            self._ticket += 1
+            ticket = self._ticket
+        self._wake.set()
+        with self._idle:
+            return self._idle.wait_for(lambda: self._idle_ticket >= ticket, timeout)
+
+    def wake(self) -> None:
+        """Run a pass now, asking the policies again (the clock moved, a tier was switched to ``stage = true``)."""
+        self._estimated_at = float("-inf")
+        self._wake.set()
+
+    def sessions(self) -> dict[str, dict[str, Any]]:
+        """Planned sessions: expected return (clock seconds), blocks, blocks still to look at."""
+        with self._lock:
+            return {tag: {"eta": plan.eta, "hinted": plan.hinted, "blocks": len(plan.order),
+                          "pending": len(plan.order) - plan.cursor + plan.inflight}
+                    for tag, plan in self._plans.items()}
+
+    # ------------------------------------------------------------------ the stager's thread
+
+    def _loop(self) -> None:
+        name_os_thread("lifeboat-stage")
+        while not self._stop.is_set():
+            with self._idle:
+                ticket = self._ticket
+            try:
+                idle, wait = self._pass()
+            except Exception:  # a bug must not stop staging for good, nor reach the engine
+                log.exception("stager: pass failed")
+                idle, wait = True, self.poll_s
+            if idle:
+                with self._idle:
+                    self._idle_ticket = max(self._idle_ticket, ticket)
+                    self._idle.notify_all()
+            self._wake.wait(wait)
+            self._wake.clear()
+
+    def _pass(self) -> tuple[bool, float]:
+        """One round: estimates, expiry, then submit due blocks. Returns (idle, seconds to sleep)."""
+        now = self.clock()
+        tiers = list(self._tiers())
+        if not any(t.cfg.stage for t in tiers):
+            with self._lock:
+                return self._inflight == 0, self.poll_s
+        if time.monotonic() - self._estimated_at >= self.poll_s:
+            self._estimated_at = time.monotonic()
+            self._refresh_estimates(tiers, now)
+        self._expire(now)
+        wait = self.poll_s
+        due = False
+        while True:
+            with self._lock:
+                if self._inflight >= self.max_inflight:
+                    return False, wait
+                item = self._next_block(tiers, now)
+                if item is None:
+                    break
+                tag, key, block, source, targets, plan = item
+                short = self._spend(block.nbytes)
+                if short > 0:
+                    plan.cursor -= 1  # not now: the rate limit; look at this block again
+                    due = True
+                    wait = min(wait, short)
+                    break
+                self._inflight += 1
+                plan.inflight += 1
+                self._queued.add(key)
+            self._submit(tag, key, block, source, targets, plan)
+        with self._lock:
+            return self._inflight == 0 and not due, wait
+
+    def _spend(self, nbytes: int) -> float:
+        """Token bucket (caller holds ``_lock``): 0 when ``nbytes`` may go now, else seconds to wait."""
+        now = time.monotonic()
+        burst = max(self.rate_bytes_s * 0.05, float(nbytes))
+        self._budget = min(burst, self._budget + (now - self._budget_at) * self.rate_bytes_s)
+        self._budget_at = now
+        if self._budget < 0:
+            return -self._budget / self.rate_bytes_s
+        self._budget -= nbytes
+        return 0.0
+
+    def _next_block(self, tiers: list[StagingTier], now: float) -> tuple[Any, ...] | None:
+        """The next block worth staging now, earliest expected session first (caller holds ``_lock``)."""
+        for tag, plan in sorted(self._plans.items(), key=lambda item: item[1].eta):
+            session = self._sessions.get(tag)
+            if session is None or plan.eta + self.grace_s < now:
+                continue
+            pending = plan.order[plan.cursor:]
+            need = sum(session.blocks[k].nbytes for k in pending if k in session.blocks)
+            if now < plan.eta - max(self.lead_s, 2.0 * need / self.rate_bytes_s):
+                continue
+            while plan.cursor < len(plan.order):
+                key = plan.order[plan.cursor]
+                plan.cursor += 1
+                block = session.blocks.get(key)
+                if block is None or key in self._queued:
+                    continue
+                route = _route(tiers, key)
+                if route is not None:
+                    return tag, key, block, route[0], route[1], plan
+        return None
+
+    def _submit(self, tag: str, key: BlockKey, block: _Block, source: StagingTier,
+                targets: list[StagingTier], plan: _Plan) -> None:
+        """Read on the source tier's read pool, then store on each target's write pool."""
+        def stores(data: bytearray) -> None:
+            remaining = [len(targets)]
+
+            def store(target: StagingTier) -> None:
+                try:
+                    if target.presence(key) is not True and target.store(
+                            key, memoryview(data), block.layout, block.hint,
+                            evictable=lambda victim: self._evictable(victim, target, tag, plan.eta)):
+                        self._record(tag, key, block.nbytes, target.name, plan.eta)
+                finally:
+                    remaining[0] -= 1
+                    if not remaining[0]:
+                        self._finished(key, plan)
+            for target in targets:
+                try:
+                    target.write_pool.submit(store, target)
+                except RuntimeError:  # closing
+                    remaining[0] -= 1
+                    if not remaining[0]:
+                        self._finished(key, plan)
+
+        def read() -> None:
+            data = bytearray(block.nbytes)
+            try:
+                found = source.fetch(key, memoryview(data)) is not None
+            except Exception:
+                log.exception("stager: reading %s from tier %s failed", key.hex[:16], source.name)
+                found = False
+            if found:
+                stores(data)
+            else:
+                self._finished(key, plan)
+        try:
+            source.read_pool.submit(read)
+        except RuntimeError:
+            self._finished(key, plan)
+
+    def _finished(self, key: BlockKey, plan: _Plan) -> None:
+        with self._lock:
+            self._inflight -= 1
+            plan.inflight -= 1
+            self._queued.discard(key)
+        self._wake.set()
+
+    def _record(self, tag: str, key: BlockKey, nbytes: int, tier: str, eta: float) -> None:
+        with self._lock:
+            record = self._staged.get(key)
+            first = record is None
+            if record is None:
+                record = self._staged[key] = _Staged(tag, nbytes, eta + max(self.grace_s, self.lead_s))
+            record.tiers.append(tier)
+        if first:
+            self._count(staged_bytes=nbytes)
+
+    # ------------------------------------------------------------------ policy decisions
+
+    def _evictable(self, victim: BlockKey, tier: StagingTier, tag: str, eta: float) -> bool:
+        """May a staging store into ``tier`` evict ``victim`` (the policy's pick)? Called under the tier's lock.
+
+        Only when a lower tier still holds the victim (evicting it costs a slower hit, never a
+        miss) and its session is not expected back before the one being staged (nor is it that
+        session's own block, or a block staged for an earlier return).
+        """
+        if not _held_below(self._tiers(), victim, tier):
+            return False
+        with self._lock:
+            owner = self._session_of.get(victim)
+            if owner is None:
+                return True
+            if owner == tag:
+                return False
+            plan = self._plans.get(owner)
+            if plan is not None and plan.eta <= eta:
+                return False
+            staged = self._staged.get(victim)
+            return staged is None or staged.deadline > eta + self.grace_s
+
+    # ------------------------------------------------------------------ estimates, expiry
+
+    def _refresh_estimates(self, tiers: list[StagingTier], now: float) -> None:
+        """Plan the sessions the policies expect back (hinted and released sessions keep their state)."""
+        with self._lock:
+            tags = [tag for tag, s in self._sessions.items() if not s.hinted and not s.released]
+        if not tags:
+            return
+        estimates: dict[str, float] = {}
+        for tier in tiers:
+            policy = tier.policy
+            if not isinstance(policy, ReturnEstimator):
+                continue
+            todo = [t for t in tags if t not in estimates]
+            for start in range(0, len(todo), 256):  # short holds of the tier's lock
+                with tier.lock:
+                    for tag in todo[start:start + 256]:
+                        eta = policy.expected_return(tag)
+                        if eta is not None:
+                            estimates[tag] = eta
+        with self._lock:
+            for tag in tags:
+                session = self._sessions.get(tag)
+                if session is None or session.hinted or session.released:
+                    continue
+                eta = estimates.get(tag)
+                plan = self._plans.get(tag)
+                if eta is not None and eta <= session.arrived_at + self.lead_s:
+                    continue  # the policy has not seen the visit that just began yet
+                if eta is None or eta + self.grace_s < now:
+                    if plan is not None and not plan.hinted:
+                        del self._plans[tag]
+                elif plan is None or abs(plan.eta - eta) > self.lead_s:
+                    self._plans[tag] = self._new_plan(session, eta, hinted=False)
+
+    def _expire(self, now: float) -> None:
+        """Take back staged blocks whose session did not use them by their deadline."""
+        with self._lock:
+            records = {k: r for k, r in self._staged.items() if r.deadline <= now}
+            for key in records:
+                del self._staged[key]
+            for tag in [t for t, p in self._plans.items() if p.eta + self.grace_s < now and not p.inflight]:
+                del self._plans[tag]
+                session = self._sessions.get(tag)
+                if session is not None:
+                    session.hinted = False  # the hint is spent: the policy's estimate applies again
+        self._take_back(records)
+
+    def _take_back(self, records: dict[BlockKey, _Staged]) -> int:
+        """Discard staged copies (on each tier's write pool) where a lower tier still holds the block."""
+        if not records:
+            return 0
+        wasted = sum(r.nbytes for r in records.values())
+        self._count(staged_wasted_bytes=wasted)
+        tiers = list(self._tiers())
+        for tier in tiers:
+            keys = [k for k, r in records.items() if tier.name in r.tiers and _held_below(tiers, k, tier)]
+            if not keys:
+                continue
+            with self._lock:
+                self._inflight += 1
+            try:
+                tier.write_pool.submit(tier.discard, keys).add_done_callback(self._discarded)
+            except RuntimeError:  # closing
+                self._discarded(None)
+        return wasted
+
+    def _discarded(self, _future: object) -> None:
+        with self._lock:
+            self._inflight -= 1
+        self._wake.set()
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _session(self, tag: str) -> _Session:
+        """The session named ``tag``, created if new; the oldest is forgotten past ``max_sessions``."""
+        session = self._sessions.get(tag)
+        if session is None:
+            session = self._sessions[tag] = _Session()
+            while len(self._sessions) > self.max_sessions:
+                old_tag, old = self._sessions.popitem(last=False)
+                for key in old.blocks:
+                    if self._session_of.get(key) == old_tag:
+                        del self._session_of[key]
+                self._plans.pop(old_tag, None)
+        else:
+            self._sessions.move_to_end(tag)
+        return session
+
+    @staticmethod
+    def _new_plan(session: _Session, eta: float, *, hinted: bool) -> _Plan:
+        order = sorted(session.blocks, key=lambda k: (session.blocks[k].hint.depth is None,
+                                                      session.blocks[k].hint.depth or 0))
+        return _Plan(eta, hinted, order)
+
+
+def _route(tiers: list[StagingTier], key: BlockKey) -> tuple[StagingTier, list[StagingTier]] | None:
+    """(the highest tier holding ``key``, the ``stage = true`` tiers above it); None: nothing to do."""
+    for j, tier in enumerate(tiers):
+        if tier.presence(key) is True:
+            targets = [t for t in tiers[:j] if t.cfg.stage]
+            return (tier, targets) if targets else None
+    return None
+
+
+def _held_below(tiers: Sequence[StagingTier], key: BlockKey, tier: StagingTier) -> bool:
+    """Whether an up tier below ``tier`` has ``key`` in its index (memory only)."""
+    below = False
+    for t in tiers:
+        if below and t.presence(key) is True:
+            return True
+        if t is tier:
+            below = True
+    return False

@@ -1,0 +1,271 @@
+"""Predictive staging (lifeboatcache_core.staging): behaviour, never timing.
+
+Stacks are a small DRAM tier (``stage = true``) over a file tier. Sessions are the tags of
+the blocks' hints, as the adapters set them. Every wait is on an event or a job, with a
+generous timeout that only turns a hang into a failure.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lifeboatcache_core.abc import BlockHint
+from lifeboatcache_core.builtin.file import FileBackend
+from lifeboatcache_core.cache import TieredCache
+from lifeboatcache_core.config import GB
+from lifeboatcache_core.keys import BlockKey
+
+from tests.core.helpers import blobs, file_tier, keys, open_cache
+
+BLOCK = 4096
+#: what the tier reserves per block beyond its payload while it writes (tier.BLOCK_OVERHEAD)
+SLACK = 8000
+TIMEOUT = 30.0
+
+
+def dram_tier(blocks: int, **extra: Any) -> dict[str, Any]:
+    """A DRAM tier that holds exactly ``blocks`` blocks of BLOCK bytes (plain policy order: no keep_prefixes)."""
+    return {"name": "dram", "backend": "dram", "capacity_gb": (blocks * BLOCK + SLACK) / GB, "stage": True,
+            "keep_prefixes": False, **extra}
+
+
+def session(cache: TieredCache, tag: str, n: int, start: int) -> tuple[list[BlockKey], list[bytes]]:
+    """Store ``n`` blocks of session ``tag`` (hints as an adapter sets them) and return them."""
+    ks, data = keys(n, start=start), blobs(n, BLOCK)
+    for i in range(n):  # one by one: concurrent writes reserve their overhead too, and a tight tier evicts more
+        hint = BlockHint(tag=tag, parent=ks[i - 1] if i else None, depth=i)
+        assert cache.put([ks[i]], [data[i]], hints=[hint]) == [True]
+    return ks, data
+
+
+def in_tier(cache: TieredCache, name: str, ks: list[BlockKey]) -> list[bool]:
+    tier = next(t for t in cache.all_tiers if t.name == name)
+    return [tier.presence(k) is True for k in ks]
+
+
+def counters(cache: TieredCache) -> dict[str, int]:
+    return cache.telemetry.counters()
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Callable[..., TieredCache]]:
+    opened: list[TieredCache] = []
+
+    def make(dram_blocks: int = 64, write: str = "through", dram: dict[str, Any] | None = None) -> TieredCache:
+        cache = open_cache(tmp_path, dram_tier(dram_blocks, **(dram or {})),
+                           file_tier(tmp_path / "nvme", write=write))
+        opened.append(cache)
+        return cache
+    yield make
+    for cache in opened:
+        cache.close()
+
+
+def test_a_hinted_session_is_staged_into_the_top_tier(stack: Callable[..., TieredCache]) -> None:
+    cache = stack()
+    a, a_data = session(cache, "a", 8, start=0)
+    b, _ = session(cache, "b", 8, start=100)
+    cache.all_tiers[0].discard(a + b)  # both sessions now only in the file tier
+    assert not any(in_tier(cache, "dram", a + b))
+
+    assert cache.stage("a", 0.0) == 8
+    assert cache.stager.wait_idle(TIMEOUT)
+
+    assert all(in_tier(cache, "dram", a)), "the hinted session is in the top tier"
+    assert not any(in_tier(cache, "dram", b)), "a session without a hint stays where it was"
+    assert counters(cache)["staged_bytes"] == 8 * BLOCK
+    hits = cache.all_tiers[0].stats.hits
+    out = [bytearray(BLOCK) for _ in a]
+    assert all(cache.get(a, out))
+    assert [bytes(o) for o in out] == a_data
+    assert cache.all_tiers[0].stats.hits == hits + 8, "the returning session is served from DRAM"
+    assert counters(cache)["staged_used_bytes"] == 8 * BLOCK
+
+
+def test_a_tier_without_stage_true_receives_nothing(stack: Callable[..., TieredCache]) -> None:
+    cache = stack(dram={"stage": False})
+    a, _ = session(cache, "a", 4, start=0)
+    cache.all_tiers[0].discard(a)
+    cache.stage("a", 0.0)
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert not any(in_tier(cache, "dram", a))
+    assert counters(cache)["staged_bytes"] == 0
+
+
+def test_staging_never_evicts_a_block_only_the_full_top_tier_holds(stack: Callable[..., TieredCache]) -> None:
+    # write-back file tier: a DRAM block reaches the file tier only when DRAM evicts it
+    cache = stack(dram_blocks=6, write="back")
+    a, _ = session(cache, "a", 6, start=0)
+    b, b_data = session(cache, "b", 6, start=100)  # fills DRAM: a is demoted to the file tier
+    assert all(in_tier(cache, "dram", b)) and not any(in_tier(cache, "nvme", b))
+    assert all(in_tier(cache, "nvme", a)) and not any(in_tier(cache, "dram", a))
+
+    cache.stage("a", 0.0)
+    assert cache.stager.wait_idle(TIMEOUT)
+
+    assert all(in_tier(cache, "dram", b)), "staging evicted a block that would have been a DRAM hit"
+    out = [bytearray(BLOCK) for _ in b]
+    hits = cache.all_tiers[0].stats.hits
+    assert all(cache.get(b, out)) and [bytes(o) for o in out] == b_data
+    assert cache.all_tiers[0].stats.hits == hits + 6
+    assert counters(cache)["staged_bytes"] == 0
+
+
+def test_staging_takes_the_policys_victims_when_a_lower_tier_still_holds_them(
+        stack: Callable[..., TieredCache]) -> None:
+    cache = stack(dram_blocks=6)  # write-through: every block is in the file tier too
+    a, _ = session(cache, "a", 6, start=0)
+    b, b_data = session(cache, "b", 6, start=100)  # DRAM holds b; a is in the file tier only
+    assert not any(in_tier(cache, "dram", a))
+
+    cache.stage("a", 0.0)
+    assert cache.stager.wait_idle(TIMEOUT)
+
+    assert all(in_tier(cache, "dram", a))
+    out = [bytearray(BLOCK) for _ in b]
+    assert all(cache.get(b, out)) and [bytes(o) for o in out] == b_data, "b's evicted blocks still hit below"
+
+
+def test_staging_spares_a_session_expected_back_sooner(stack: Callable[..., TieredCache]) -> None:
+    cache = stack(dram_blocks=6)
+    a, _ = session(cache, "a", 6, start=0)
+    b, _ = session(cache, "b", 6, start=100)
+    cache.stager.lead_s = 120.0  # a, back in a minute, is due for staging now
+    cache.stage("b", 5.0)  # b is back in 5 s (and already in DRAM)
+    cache.stage("a", 60.0)
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", b)), "a later session displaced one expected back sooner"
+    assert not any(in_tier(cache, "dram", a))
+
+
+@pytest.fixture
+def slow_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[set[BlockKey], threading.Event, threading.Event]]:
+    """File-tier reads of the keys in ``slow`` block until ``go`` is set; ``entered`` says one is waiting."""
+    slow: set[BlockKey] = set()
+    entered, go = threading.Event(), threading.Event()
+    read = FileBackend.read
+
+    def blocked(self: FileBackend, key: BlockKey, dest: memoryview | None = None) -> Any:
+        if key in slow:
+            entered.set()
+            go.wait(TIMEOUT)
+        return read(self, key, dest)
+    monkeypatch.setattr(FileBackend, "read", blocked)
+    yield slow, entered, go
+    go.set()
+
+
+def test_engine_calls_never_wait_on_a_stager_stuck_on_a_slow_tier(
+        stack: Callable[..., TieredCache], slow_reads: tuple[set[BlockKey], threading.Event, threading.Event]) -> None:
+    slow, entered, go = slow_reads
+    cache = stack(dram_blocks=64)
+    a, _ = session(cache, "a", 8, start=0)
+    hot, hot_data = session(cache, "hot", 4, start=100)  # in DRAM
+    cold, cold_data = session(cache, "cold", 4, start=200)
+    cache.all_tiers[0].discard(a + cold)
+    slow.update(a)
+    cache.stage("a", 0.0)
+    assert entered.wait(TIMEOUT), "the stager is reading a's blocks from the stuck tier"
+
+    results: dict[str, Any] = {}
+
+    def engine() -> None:
+        new = keys(3, start=300)
+        job = cache.submit_put(new, blobs(3, BLOCK), hints=[BlockHint(tag="new", depth=i) for i in range(3)])
+        results["put"] = cache.wait(job, TIMEOUT).ok
+        hot_out = [bytearray(BLOCK) for _ in hot]
+        results["get_hot"] = cache.wait(cache.submit_get_into(hot, hot_out), TIMEOUT).ok
+        results["hot_bytes"] = [bytes(o) for o in hot_out]
+        cold_out = [bytearray(BLOCK) for _ in cold]  # from the stuck tier, other keys: free threads left
+        results["get_cold"] = cache.wait(cache.submit_get_into(cold, cold_out), TIMEOUT).ok
+        results["cold_bytes"] = [bytes(o) for o in cold_out]
+        results["presence"] = cache.presence(hot + a)
+        results["exists"] = cache.exists(hot, blocking=False)
+
+    worker = threading.Thread(target=engine)
+    worker.start()
+    worker.join(TIMEOUT)
+    stuck = not go.is_set()
+    go.set()
+    assert not worker.is_alive(), "an engine-facing call waited on the stager"
+    assert stuck
+    assert results["put"] == [True] * 3
+    assert results["get_hot"] == [True] * 4 and results["hot_bytes"] == hot_data
+    assert results["get_cold"] == [True] * 4 and results["cold_bytes"] == cold_data
+    assert results["presence"] == [True] * 12 and results["exists"] == [True] * 4
+    assert cache.stager.wait_idle(TIMEOUT)
+
+
+def test_an_arrival_before_its_blocks_are_staged_is_late(
+        stack: Callable[..., TieredCache], slow_reads: tuple[set[BlockKey], threading.Event, threading.Event]) -> None:
+    slow, entered, go = slow_reads
+    cache = stack()
+    a, _ = session(cache, "a", 8, start=0)
+    b, _ = session(cache, "b", 8, start=100)
+    cache.all_tiers[0].discard(a + b)
+    slow.update(a)
+    cache.stage("a", 0.0)
+    assert entered.wait(TIMEOUT)
+    job = cache.submit_get_into(a, [bytearray(BLOCK) for _ in a])  # a arrives while staging is stuck
+    go.set()
+    assert all(cache.wait(job, TIMEOUT).ok)
+    assert counters(cache)["staged_late_arrivals"] == 1
+
+    cache.stage("b", 0.0)
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(cache.get(b, [bytearray(BLOCK) for _ in b]))
+    assert counters(cache)["staged_late_arrivals"] == 1, "b arrived after its blocks were staged: on time"
+
+
+def test_staged_blocks_nobody_used_are_taken_back_and_counted_as_waste(stack: Callable[..., TieredCache]) -> None:
+    cache = stack()
+    a, a_data = session(cache, "a", 8, start=0)
+    b, _ = session(cache, "b", 4, start=100)
+    cache.all_tiers[0].discard(a + b)
+    cache.stage("a", 0.0)
+    cache.stage("b", 0.0)
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert counters(cache)["staged_bytes"] == 12 * BLOCK
+
+    # a is released: its staged copies go at once; b is not used by its deadline
+    assert cache.release("a") == 8 * BLOCK
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert not any(in_tier(cache, "dram", a))
+    assert counters(cache)["staged_wasted_bytes"] == 8 * BLOCK
+
+    real = cache.stager.clock
+    cache.stager.clock = lambda: real() + 3600.0
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert not any(in_tier(cache, "dram", b))
+    assert counters(cache)["staged_wasted_bytes"] == 12 * BLOCK
+    assert counters(cache)["staged_used_bytes"] == 0
+
+    out = [bytearray(BLOCK) for _ in a]  # taken back from DRAM, never lost: the file tier holds them
+    assert all(cache.get(a, out)) and [bytes(o) for o in out] == a_data
+
+
+def test_the_policys_estimate_stages_a_session_without_a_hint(stack: Callable[..., TieredCache]) -> None:
+    cache = stack()
+    a, _ = session(cache, "a", 4, start=0)
+    b, _ = session(cache, "b", 4, start=100)
+    cache.all_tiers[0].discard(a + b)
+    soon = cache.stager.clock() + 0.5
+    policy = cache.all_tiers[1].policy
+    policy.expected_return = lambda tag: soon if tag == "a" else None  # type: ignore[attr-defined]
+    cache.stager.wake()
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", a))
+    assert not any(in_tier(cache, "dram", b))
+
+
+def test_hints_validate_and_report_unknown_sessions(stack: Callable[..., TieredCache]) -> None:
+    cache = stack()
+    session(cache, "a", 2, start=0)
+    assert cache.stage("nobody", 1.0) == 0
+    assert cache.release("nobody") == 0
+    with pytest.raises(ValueError):
+        cache.stage("a", -1.0)
