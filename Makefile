@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # Every package of the repository (DESIGN §2); new plugin packages are picked up automatically.
-MEMBERS := lifeboatcache_core $(patsubst %/pyproject.toml,%,$(wildcard backends/*/pyproject.toml codecs/*/pyproject.toml policies/*/pyproject.toml adapters/*/pyproject.toml)) .
+MEMBERS := lifeboatcache_core $(patsubst %/pyproject.toml,%,$(wildcard backends/*/pyproject.toml manifests/*/pyproject.toml codecs/*/pyproject.toml policies/*/pyproject.toml adapters/*/pyproject.toml)) .
 STAMP := $(VENV)/.setup-stamp
 TEST_REQS := requirements-test.txt $(wildcard */*/requirements-test.txt)
 SETUP_INPUTS := Makefile pyproject.toml setup.py lifeboatcache_core/pyproject.toml $(wildcard */*/pyproject.toml) $(wildcard .ci/setup.d/*.sh) $(TEST_REQS)

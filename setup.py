@@ -1,7 +1,7 @@
 """The app's extras, one per first-party plugin name, computed from the sibling package folders.
 
 Why code and not a table in pyproject.toml: a new first-party package is then one copied folder
-(``backends/<name>``, ``codecs/<name>``, ``policies/<name>``, ``adapters/<name>``) and nothing
+(``backends/<name>``, ``manifests/<name>``, ``codecs/<name>``, ``policies/<name>``, ``adapters/<name>``) and nothing
 else to edit. Each folder's ``pyproject.toml`` names its distribution, version and plugin entry
 point (group ``lifeboatcache``); every name its ``_plugin`` module registers gets an extra, so
 ``pip install 'lifeboatcache[<name>]'`` installs the package that provides ``<name>``. The core
@@ -15,11 +15,11 @@ import ast
 import tomllib
 from pathlib import Path
 
-KINDS = ("backends", "codecs", "policies", "adapters")
-REGISTER_CALLS = {"backend", "codec", "policy", "adapter"}
+KINDS = ("backends", "manifests", "codecs", "policies", "adapters")
+REGISTER_CALLS = {"backend", "manifest", "codec", "policy", "adapter"}
 #: extras that are not a plugin package
 STATIC_EXTRAS = {
-    "fleet": ["lifeboatcache-core[postgres]==0.1.0"],
+    "fleet": ["lifeboatcache-manifest-postgres==0.1.0"],  # the fleet's shared manifest store
     "dashboard": ["starlette>=0.37", "uvicorn>=0.29"],
     "all": [],
 }

@@ -19,8 +19,10 @@ import pytest
 from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.chunkfile import decode_block
 from lifeboatcache_core.config import load_config_dict
-from lifeboatcache_core.fleet import FleetManifest
 from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.tier import Tier
+from lifeboatcache_manifest_postgres.store import PostgresManifest
+from sqlalchemy import create_engine, text
 
 from tests.backends.backend_servers import MotoServer, PostgresServer, free_port
 from tests.backends.conftest import AWS_TEST_ENV
@@ -123,6 +125,11 @@ def node_config(shared: dict[str, Any], node: str, capacity_bytes: int, **s3: An
     }
 
 
+def fleet_rows(fleet: PostgresManifest) -> dict[BlockKey, int]:
+    """The fleet's rows, key -> stored bytes."""
+    return {BlockKey(ns, digest): stored for ns, digest, stored in fleet.load()}
+
+
 def keys(start: int, n: int) -> list[BlockKey]:
     return [BlockKey(NS, i.to_bytes(4, "big") * 8) for i in range(start, start + n)]
 
@@ -160,9 +167,9 @@ def test_fleet_capacity_is_shared_and_evictions_keep_rows_and_objects_in_step(sh
         a.send("put", keys(0, 30), size, list(range(30)))  # both nodes write at once
         b.send("put", keys(100, 30), size, list(range(100, 130)))
         assert a._reply()["ok"] == [True] * 30 and b._reply()["ok"] == [True] * 30
-        fleet = FleetManifest(shared["manifest_url"], shared["tier"], capacity)
+        fleet = PostgresManifest(shared["manifest_url"], shared["tier"])
         try:
-            rows = dict(fleet.load())
+            rows = fleet_rows(fleet)
             assert 0 < fleet.used() <= capacity
             assert 5 <= len(rows) < 60  # the fleet evicted ...
             assert capacity - fleet.used() < size + 1024  # ... only what it had to
@@ -188,9 +195,9 @@ def test_a_node_killed_mid_write_leaves_no_visible_half_block(shared: dict[str, 
     writer.kill()
     reader = Node(node_config(shared, "r", 1024**3, **big), shared["tmp"] / "r.log")
     try:
-        fleet = FleetManifest(shared["manifest_url"], shared["tier"], 1024**3)
+        fleet = PostgresManifest(shared["manifest_url"], shared["tier"])
         try:
-            rows = dict(fleet.load())
+            rows = fleet_rows(fleet)
         finally:
             fleet.close()
         objects = stored_objects(shared)
@@ -271,11 +278,12 @@ def test_a_fleet_tier_added_through_apply_config_shares_the_fleet_manifest(
         assert cache.apply_config(load_config_dict({"tiers": [shared_tier], "fallback_local": fallback})) == []
         added = cache.all_tiers[0]
         assert added.name == shared_tier["name"] and added.up, cache.health()
-        assert type(added) is type(node.all_tiers[0])  # the class the cache picks at start
+        assert type(added) is type(node.all_tiers[0]) is Tier  # the class the cache picks at start ...
+        assert type(added.manifest) is type(node.all_tiers[0].manifest) is PostgresManifest  # ... and its store
         assert cache.put(keys(0, 1), [b"f" * 5000]) == [True]
-        fleet = FleetManifest(postgres.url, shared_tier["name"], 10 * 1024**2)
+        fleet = PostgresManifest(postgres.url, shared_tier["name"])
         try:
-            assert [k for k, _ in fleet.load()] == keys(0, 1)  # published before the put returned
+            assert list(fleet_rows(fleet)) == keys(0, 1)  # published before the put returned
         finally:
             fleet.close()
         buf = bytearray(5000)
@@ -283,3 +291,35 @@ def test_a_fleet_tier_added_through_apply_config_shares_the_fleet_manifest(
     finally:
         cache.close()
         node.close()
+
+
+def test_the_fleet_lock_is_never_held_across_storage_io(postgres: PostgresServer, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A put that evicts fleet-wide deletes the victims' blocks after the transaction, not under its lock.
+
+    Every node's puts wait for the tier's advisory lock: a slow store (S3 deletes, a hung NFS
+    server) inside it would stall the whole fleet's writes.
+    """
+    size = 8192
+    tier_config = {"name": f"shared-{secrets.token_hex(3)}", "backend": "file", "capacity_gb": 5 * size / 1024**3,
+                   "path": str(tmp_path / "shared"), "manifest_url": postgres.url}
+    cache = TieredCache(load_config_dict({"tiers": [tier_config], "fallback_local": {"path": str(tmp_path / "fb")}}),
+                        background_index=False)
+    probe = create_engine(postgres.url)
+    locks_during_io: list[int] = []
+    backend = cache.all_tiers[0].backend
+    assert backend is not None
+    for name in ("put", "delete", "delete_many"):
+        def io(*args: Any, _call: Any = getattr(backend, name)) -> Any:
+            with probe.connect() as conn:  # another session sees the lock a transaction holds
+                locks_during_io.append(conn.execute(
+                    text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")).scalar_one())
+            return _call(*args)
+        monkeypatch.setattr(backend, name, io)
+    try:
+        assert all(cache.put([key], [bytes([i]) * size]) == [True] for i, key in enumerate(keys(0, 12)))
+        assert cache.stats()[tier_config["name"]]["evictions"] > 0, "the fleet had to evict"
+        assert locks_during_io and set(locks_during_io) == {0}, locks_during_io
+    finally:
+        cache.close()
+        probe.dispose()

@@ -27,7 +27,7 @@ def test_import_contracts_hold() -> None:
 
 def test_every_package_of_the_repository_is_under_the_contracts() -> None:
     """A package the contracts do not name is not checked at all: list it in [tool.importlinter]."""
-    found = {p.name for kind in ("backends", "codecs", "policies", "adapters")
+    found = {p.name for kind in ("backends", "manifests", "codecs", "policies", "adapters")
              for p in ROOT.glob(f"{kind}/*/src/*") if (p / "__init__.py").exists()}
     assert found, "no plugin packages found"
     missing = found - set(_importlinter()["root_packages"])  # type: ignore[arg-type]

@@ -7,11 +7,15 @@ scheduler thread; anything repeated per key there, or any backend round trip, st
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
+from lifeboatcache_core.abc import ManifestStore, Row
 from lifeboatcache_core.builtin.file import FileBackend
+from lifeboatcache_core.config import TierConfig
+from lifeboatcache_core.hookspecs import hookimpl
 from lifeboatcache_core.keys import BlockKey, Namespace
+from lifeboatcache_core.plugins import get_registry, register_plugin, unregister_plugin
 from lifeboatcache_core.tier import Tier
 
 from lifeboatcache_core import keys as keys_module
@@ -130,31 +134,51 @@ def test_presence_is_unknown_while_a_tier_is_still_indexing(tmp_path: Path, monk
     assert counted_exists == []
 
 
+class FakeFleet(ManifestStore):
+    """A shared manifest store (as the PostgreSQL one is) that records its lookups: it holds no rows."""
+
+    shared = True
+    asked: ClassVar[list[BlockKey]] = []
+
+    def load(self) -> list[Row]:
+        return []
+
+    def lookup(self, key: BlockKey) -> int | None:
+        self.asked.append(key)
+        return None
+
+    def commit_put(self, key: BlockKey, size: int, stored: int, codec: str, tag: str | None,
+                   capacity: int | None = None) -> list[BlockKey]:
+        return []
+
+    def record_delete(self, key: BlockKey) -> None:
+        pass
+
+    def record_access(self, key: BlockKey) -> None:
+        pass
+
+
+class FakeFleetPlugin:
+    @hookimpl
+    def lifeboatcache_add_manifests(self, register: Any) -> None:
+        register.manifest("fakefleet", f"{__name__}:FakeFleet")
+
+
 def test_a_fleet_tier_asks_its_manifest_on_the_read_pool_not_in_may_have(tmp_path: Path) -> None:
-    from lifeboatcache_core.config import TierConfig
-    from lifeboatcache_core.fleet import FleetTier
-    from lifeboatcache_core.plugins import get_registry
-
-    class Fleet:
-        def __init__(self) -> None:
-            self.asked: list[BlockKey] = []
-
-        def stored_size(self, key: BlockKey) -> int | None:
-            self.asked.append(key)
-            return None
-
-        def close(self) -> None:
-            pass
-
-    tier = FleetTier(TierConfig(name="s3", backend="file", capacity_gb=1, path=str(tmp_path)), get_registry())
-    fleet = Fleet()
-    tier.fleet, tier.up, tier.index_complete = fleet, True, True  # type: ignore[assignment]
+    register_plugin(FakeFleetPlugin(), "fakefleet")
+    tier = Tier(TierConfig(name="s3", backend="file", capacity_gb=1, path=str(tmp_path),
+                           manifest_url="fakefleet://db"), get_registry())  # the URL's scheme picks the store
     key = keys(1)[0]
+    FakeFleet.asked.clear()
     try:
+        assert tier.open()
+        tier.load_index()
+        assert isinstance(tier.manifest, FakeFleet) and tier.index_complete
         assert tier.may_have(key) and tier.presence(key) is None  # the fleet may hold it: worth a read
-        assert fleet.asked == []  # ... but no SQL on the caller's thread
+        assert FakeFleet.asked == []  # ... but no SQL on the caller's thread
         assert tier.fetch(key, memoryview(bytearray(16))) is None  # the read (pool) asks the fleet
         assert tier.has(key) is False
-        assert fleet.asked == [key, key]
+        assert FakeFleet.asked == [key, key]
     finally:
         tier.close()
+        unregister_plugin("fakefleet")

@@ -1,4 +1,4 @@
-"""The four plugin interfaces: Backend, Codec, EvictionPolicy, EngineAdapter.
+"""The plugin interfaces: Backend, ManifestStore, Codec, EvictionPolicy, EngineAdapter.
 
 A plugin package implements one of these classes and registers it by import string through
 the hooks in :mod:`lifeboatcache_core.hookspecs`. The contract tests in
@@ -142,6 +142,13 @@ class Backend(ABC):
         """Where this backend keeps its manifest unless the tier sets ``manifest_url``."""
         return None
 
+    def describe_namespace(self, namespace: str, info: dict[str, object]) -> None:
+        """Keep a namespace's description (model, dtype, layout) beside its blocks for operators.
+
+        Called once per namespace an engine registers, on every up tier; raise ``OSError`` when
+        it cannot be written. The default keeps nothing: the blocks do not need it.
+        """
+
     def quarantine(self, key: BlockKey, reason: str) -> None:
         """Set a damaged block aside (default: delete it)."""
         self.delete(key)
@@ -155,6 +162,91 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release resources; the default has none."""
+
+
+# ----------------------------------------------------------------------------- manifest stores
+
+#: a manifest row as ``load`` returns it: namespace, digest, stored bytes (unchecked: a
+#: database is input, recovery validates each row before indexing it)
+Row = tuple[str, bytes, int]
+
+
+class ManifestStore(ABC):
+    """One tier's index rows in a database, so a restart need not scan the blocks (DESIGN §5).
+
+    Selected by the scheme of the tier's ``manifest_url`` (``sqlite:`` beside the blocks by
+    default, ``postgresql:`` for a fleet) through ``register.manifest(scheme, ...)``. The tier
+    calls every method outside its lock except ``record_delete``, which is called under it
+    (ordered with the put it undoes) and must therefore never wait for I/O. Failures raise
+    ``ManifestError``.
+
+    A *local* store (``shared = False``) is an accelerator: writes may be queued, the block
+    files stay the truth and recovery reconciles the rows with them. A *shared* store is the
+    truth of a tier several nodes write: ``commit_put`` publishes synchronously (a block is
+    not stored until its row is), an unindexed key may still be another node's (``lookup``),
+    and the store owns the tier's capacity fleet-wide. A tier cannot work without it.
+    """
+
+    #: rows written by other nodes too; the rows are the truth and hold the capacity budget
+    shared: ClassVar[bool] = False
+
+    def __init__(self, url: str, tier: str) -> None:
+        self.url = url
+        self.tier = tier
+        #: failed writes so far (kept and retried by a queued store), shown in the tier's health
+        self.write_errors = 0
+
+    @classmethod
+    def open(cls, url: str, tier: str) -> ManifestStore:
+        """Open (creating if needed) the rows of ``tier`` at ``url``; raise ``ManifestError``."""
+        return cls(url, tier)
+
+    @abstractmethod
+    def load(self) -> list[Row]:
+        """Every row of the tier, least recently used first (the order a policy wants)."""
+
+    @abstractmethod
+    def commit_put(self, key: BlockKey, size: int, stored: int, codec: str, tag: str | None,
+                   capacity: int | None = None) -> list[BlockKey]:
+        """Record a block that is now stored; return the keys the store evicted to fit it.
+
+        Called after the block is complete and before the tier indexes it. A shared store
+        evicts its least recently used rows down to ``capacity`` (stored bytes) in the same
+        step and returns their keys: the tier then deletes those blocks, after this call, so
+        no database lock is held across storage I/O. A local store evicts nothing.
+        """
+
+    @abstractmethod
+    def record_delete(self, key: BlockKey) -> None:
+        """The block is gone (evicted, missing, set aside): drop its row. Never waits for I/O."""
+
+    @abstractmethod
+    def record_access(self, key: BlockKey) -> None:
+        """The block was read: note it for the recency order a restart (or the fleet) sees."""
+
+    @abstractmethod
+    def lookup(self, key: BlockKey) -> int | None:
+        """The stored size in ``key``'s row, or None without one (a shared tier's unindexed keys)."""
+
+    def ping(self) -> None:
+        """Raise ``ManifestError`` when the database does not answer (the tier's periodic probe).
+
+        The default checks nothing: a local store's failed writes are kept and retried.
+        """
+
+    def reset(self) -> ManifestStore | None:
+        """The rows could not be read: a fresh, empty store to rebuild from the blocks, or None.
+
+        The default has no way to start over (the tier runs without rows, restarts rescan).
+        """
+        return None
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Write everything queued so far; return whether it drained in time (default: nothing queued)."""
+        return True
+
+    def close(self) -> None:
+        """Write what is queued and release the database."""
 
 
 # ----------------------------------------------------------------------------- codecs
@@ -188,6 +280,8 @@ class Codec(ABC):
     name: ClassVar[str]
     version: ClassVar[int] = 1
     lossless: ClassVar[bool] = True
+    #: stored bytes are the raw bytes: the tier then reads a block straight into the caller's buffer
+    identity: ClassVar[bool] = False
     config_model: ClassVar[type[PluginConfig]] = PluginConfig
 
     def __init__(self, config: PluginConfig | None = None) -> None:

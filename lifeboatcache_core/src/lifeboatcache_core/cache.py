@@ -27,7 +27,6 @@ from typing_extensions import Buffer as _Buffer
 from lifeboatcache_core import metrics
 from lifeboatcache_core.abc import BlockHint, KVLayout
 from lifeboatcache_core.config import LifeboatConfig, TierConfig, config_from_env
-from lifeboatcache_core.fleet import tier_class
 from lifeboatcache_core.keys import BlockKey, Namespace
 from lifeboatcache_core.plugins import get_registry
 from lifeboatcache_core.registry import PluginRegistry
@@ -125,10 +124,11 @@ class TieredCache:
     def make_tier(self, tc: TierConfig) -> Tier:
         """Build (not open) the tier ``tc`` describes: the one factory for start, fallback and live changes.
 
-        The class follows the config (a PostgreSQL ``manifest_url`` makes a fleet tier), so a
-        tier added by ``apply_config`` is the same kind of tier it would be at start.
+        Every tier is a ``Tier``; what differs (a fleet's shared PostgreSQL rows, say) is the
+        manifest store its ``manifest_url`` selects when it opens, so a tier added by
+        ``apply_config`` is the same kind of tier it would be at start.
         """
-        return tier_class(tc)(tc, self.registry, seed=self._seed)
+        return Tier(tc, self.registry, seed=self._seed)
 
     def _start_index(self, tier: Tier) -> None:
         if tier.index_complete or tier.index_loading:
@@ -172,10 +172,9 @@ class TieredCache:
         self._digest_bytes[ns_id] = namespace.digest_bytes
         self._namespaces[ns_id] = namespace.describe()
         for tier in self.all_tiers:
-            describe = getattr(tier.backend, "describe_namespace", None)
-            if describe is not None and tier.up:
+            if tier.backend is not None and tier.up:
                 try:
-                    describe(ns_id, namespace.describe())
+                    tier.backend.describe_namespace(ns_id, namespace.describe())
                 except OSError as exc:
                     log.warning("tier %s: cannot store namespace description: %s", tier.name, exc)
         return ns_id

@@ -56,5 +56,9 @@ class InvalidKeyError(LifeboatError, ValueError):
     """A block key does not have the shape the namespace requires."""
 
 
+class ManifestError(LifeboatError):
+    """A manifest store cannot be opened, read or written; a local one costs a rescan, a shared one the tier."""
+
+
 class TierUnavailableError(LifeboatError):
     """A tier failed its write probe; the reason says why in operator terms."""

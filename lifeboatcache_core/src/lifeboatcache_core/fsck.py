@@ -133,7 +133,7 @@ def fsck(path: str | os.PathLike[str], *, fix: bool = False, tier: str | None = 
         report.fixed["partial"] = sum(_unlink(p) for p in partials)
         assert manifest is not None
         for key, (meta, file_path) in orphans:
-            manifest.record_put(key, meta.raw_len, os.stat(file_path).st_size, meta.codec, meta.tag)
+            manifest.commit_put(key, meta.raw_len, os.stat(file_path).st_size, meta.codec, meta.tag)
         report.fixed["orphan"] = report.orphan
         for key in missing:
             manifest.record_delete(key)

@@ -25,6 +25,11 @@ def lifeboatcache_add_backends(register: Registrar) -> None:
 
 
 @hookspec
+def lifeboatcache_add_manifests(register: Registrar) -> None:
+    """Register manifest stores by URL scheme: ``register.manifest("sqlite", "pkg.mod:Class", ...)``."""
+
+
+@hookspec
 def lifeboatcache_add_codecs(register: Registrar) -> None:
     """Register codecs: ``register.codec(name, "pkg.mod:Class", ...)``."""
 

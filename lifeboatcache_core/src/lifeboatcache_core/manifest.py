@@ -1,12 +1,14 @@
-"""The manifest: one SQL row per stored block, so a restart can skip scanning (DESIGN §5).
+"""The local manifest store: one SQLite row per stored block, so a restart can skip scanning.
 
-SQLAlchemy Core, SQLite by default (a file beside the blocks), any SQLAlchemy URL via the
-tier's ``manifest_url`` (PostgreSQL for a fleet sharing a tier). The in-memory index stays
-the hot path: puts, deletes and accesses are queued in memory and written in batches by one
-background thread, so the manifest costs a dict update per block on the I/O threads.
+The ``sqlite:`` :class:`~lifeboatcache_core.abc.ManifestStore` (a file beside the blocks by
+default, or the tier's ``manifest_url``), and the table every SQL store shares (the fleet's
+``postgresql:`` store in ``lifeboatcache-manifest-postgres`` uses it too). The in-memory index
+stays the hot path: puts, deletes and accesses are queued in memory and written in batches by
+one background thread, so the manifest costs a dict update per block on the I/O threads.
 
 The files stay the truth (ZODB's rule): a missing, corrupt or stale manifest only costs a
-rescan; recovery (:meth:`Tier.load_index`) reconciles rows with what is really stored.
+rescan; recovery (:func:`lifeboatcache_core.recovery.recover`) reconciles rows with what is
+really stored.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from lifeboatcache_core.errors import LifeboatError
+from lifeboatcache_core.abc import ManifestStore, Row
+from lifeboatcache_core.errors import ManifestError
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.threads import name_os_thread
 
@@ -59,11 +62,7 @@ blocks = Table(
     Column("tag", String(256), nullable=True),
 )
 
-Row = tuple[str, bytes, int]  # namespace, digest, stored size
-
-
-class ManifestError(LifeboatError):
-    """The manifest cannot be opened or read; recovery falls back to the files."""
+__all__ = ["Manifest", "ManifestError", "Row", "blocks", "first_line", "metadata", "safe_url", "sqlite_url"]
 
 
 def sqlite_url(path: Path) -> str:
@@ -78,12 +77,11 @@ def _sqlite_pragmas(dbapi_conn: object, _record: object) -> None:
     cur.close()
 
 
-class Manifest:
-    """Rows of one tier in one database; batched writes on a background thread."""
+class Manifest(ManifestStore):
+    """Rows of one tier in one SQLite database; batched writes on a background thread."""
 
     def __init__(self, url: str, tier: str, *, flush_interval: float = 0.25, max_batch: int = 20_000) -> None:
-        self.url = url
-        self.tier = tier
+        super().__init__(url, tier)
         self.flush_interval = flush_interval
         self.max_batch = max_batch
         self._engine = self._open(url)
@@ -94,20 +92,45 @@ class Manifest:
         self._closed = threading.Event()
         self._idle = threading.Event()
         self._idle.set()
-        self.write_errors = 0
         self._thread = threading.Thread(target=self._run, name=f"lifeboat-manifest-{tier}", daemon=True)
         self._thread.start()
+
+    @classmethod
+    def open(cls, url: str, tier: str) -> Manifest:
+        """Open the database; a damaged one is set aside and a new one started (the files are the truth)."""
+        try:
+            return cls(url, tier)
+        except ManifestError as exc:
+            if not _set_aside(url):
+                raise
+            log.warning("tier %s: %s; set aside, starting a new one", tier, exc)
+            return cls(url, tier)
+
+    def reset(self) -> Manifest | None:
+        """The rows failed while reading: close, set the database aside and start an empty one."""
+        try:
+            self.close()
+        except Exception:
+            pass
+        if not _set_aside(self.url):
+            return None
+        try:
+            return type(self)(self.url, self.tier)
+        except ManifestError as exc:
+            log.warning("tier %s: %s; running without a manifest", self.tier, exc)
+            return None
 
     @staticmethod
     def _open(url: str) -> Engine:
         try:
             engine = create_engine(url, pool_pre_ping=True)
-            if engine.dialect.name == "sqlite":
-                event.listen(engine, "connect", _sqlite_pragmas)
+            if engine.dialect.name != "sqlite":
+                raise ManifestError(f"the sqlite manifest store cannot open a {engine.dialect.name} database")
+            event.listen(engine, "connect", _sqlite_pragmas)
             metadata.create_all(engine)
             return engine
         except SQLAlchemyError as exc:
-            raise ManifestError(f"manifest {_safe(url)} cannot be opened: {_first_line(exc)}") from exc
+            raise ManifestError(f"manifest {safe_url(url)} cannot be opened: {first_line(exc)}") from exc
 
     # ------------------------------------------------------------------ reading
 
@@ -136,10 +159,24 @@ class Manifest:
             finally:
                 raw.close()
         except (SQLAlchemyError, self._engine.dialect.loaded_dbapi.Error) as exc:
-            raise ManifestError(f"manifest {_safe(self.url)} cannot be read: {_first_line(exc)}") from exc
+            raise ManifestError(f"manifest {safe_url(self.url)} cannot be read: {first_line(exc)}") from exc
         if rows and not isinstance(rows[0][1], bytes):  # drivers that hand out memoryview
             return [(ns, bytes(d) if isinstance(d, memoryview) else d, n) for ns, d, n in rows]
         return rows
+
+    def lookup(self, key: BlockKey) -> int | None:
+        """The stored size of ``key``'s row, queued or written (one query when not queued)."""
+        with self._lock:
+            if key in self._pending:
+                entry = self._pending[key]
+                return None if entry is None else entry[1]
+        try:
+            with self._engine.connect() as conn:
+                return conn.execute(select(blocks.c.stored_size).where(
+                    and_(blocks.c.tier == self.tier, blocks.c.namespace == key.namespace,
+                         blocks.c.digest == key.digest))).scalar_one_or_none()
+        except SQLAlchemyError as exc:
+            raise ManifestError(f"manifest {safe_url(self.url)} cannot be read: {first_line(exc)}") from exc
 
     def count(self) -> int:
         with self._engine.connect() as conn:
@@ -148,13 +185,16 @@ class Manifest:
 
     # ------------------------------------------------------------------ queued writes
 
-    def record_put(self, key: BlockKey, size: int, stored_size: int, codec: str, tag: str | None = None) -> None:
+    def commit_put(self, key: BlockKey, size: int, stored: int, codec: str, tag: str | None,
+                   capacity: int | None = None) -> list[BlockKey]:
+        """Queue the row (a dict update); the tier's own index enforces the capacity: evicts nothing."""
         with self._lock:
-            self._pending[key] = (size, stored_size, codec, time.time(), tag)
+            self._pending[key] = (size, stored, codec, time.time(), tag)
             self._idle.clear()
             backlog = len(self._pending)
         if backlog >= self.max_batch:
             self._wake.set()
+        return []
 
     def record_delete(self, key: BlockKey) -> None:
         with self._lock:
@@ -205,7 +245,7 @@ class Manifest:
         except SQLAlchemyError as exc:
             self.write_errors += 1
             log.warning("tier %s: manifest write failed (%d rows kept for retry): %s",
-                        self.tier, len(pending), _first_line(exc))
+                        self.tier, len(pending), first_line(exc))
             with self._lock:  # keep newer entries; retry on the next round
                 for key, value in pending.items():
                     self._pending.setdefault(key, value)
@@ -256,11 +296,12 @@ class Manifest:
         self._engine.dispose()
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of a database error: SQLAlchemy appends the statement and a link."""
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def _safe(url: str) -> str:
+def safe_url(url: str) -> str:
     """The URL without a password, for logs and health reasons."""
     from sqlalchemy.engine import make_url
 
@@ -268,3 +309,19 @@ def _safe(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:
         return "<manifest url>"
+
+
+def _set_aside(url: str) -> bool:
+    """Move a damaged SQLite database (and its WAL files) aside; False when there is none to move."""
+    if not url.startswith("sqlite:///"):
+        return False
+    path = Path(url.removeprefix("sqlite:///"))
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    for suffix in ("", "-wal", "-shm"):
+        part = Path(f"{path}{suffix}")
+        if part.exists():
+            try:
+                part.rename(f"{path}.corrupt-{stamp}{suffix}")
+            except OSError:
+                return False
+    return True

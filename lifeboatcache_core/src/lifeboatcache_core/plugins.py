@@ -30,9 +30,11 @@ BUILTINS: dict[str, str] = {
     "file": "lifeboatcache_core.builtin._plugin_file",
     "lru": "lifeboatcache_core.builtin._plugin_lru",
     "none": "lifeboatcache_core.builtin._plugin_none",
+    "sqlite": "lifeboatcache_core.builtin._plugin_sqlite",
 }
 HOOKS = (
     "lifeboatcache_add_backends",
+    "lifeboatcache_add_manifests",
     "lifeboatcache_add_codecs",
     "lifeboatcache_add_policies",
     "lifeboatcache_add_adapters",

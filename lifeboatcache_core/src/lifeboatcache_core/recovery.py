@@ -4,7 +4,9 @@
    index counts as complete.
 2. Reconcile with what is really stored, by name only: blocks the manifest does not know
    (written behind its back, or the manifest is gone/corrupt) are verified by header and
-   added; rows whose file is gone are dropped. Files are the truth.
+   added; rows whose file is gone are dropped. Files are the truth, except on a tier whose
+   manifest store is shared (a fleet's): there the rows are, and a block without one was
+   never published, so there is nothing to reconcile.
 
 Until the index is complete, the tier reads the backend directly on an index miss, so the
 first hit after a restart does not wait for recovery.
@@ -17,9 +19,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from lifeboatcache_core.errors import CorruptBlockError
+from lifeboatcache_core.abc import Row
+from lifeboatcache_core.errors import CorruptBlockError, ManifestError
 from lifeboatcache_core.keys import MAX_DIGEST_BYTES, BlockKey, valid_namespace
-from lifeboatcache_core.manifest import ManifestError, Row
 
 if TYPE_CHECKING:
     from lifeboatcache_core.tier import Tier
@@ -68,10 +70,13 @@ def recover(tier: Tier) -> RecoveryProgress:
 
     progress.phase = "manifest"
     rows = None
+    shared = tier.manifest is not None and tier.manifest.shared
     if tier.manifest is not None:
         try:
             rows = tier.manifest.load()
         except ManifestError as exc:
+            if shared:  # the shared rows are the only index: nothing to rebuild from
+                raise
             log.warning("tier %s: %s; rebuilding it from the block files", tier.name, exc)
             tier.reset_manifest()
     if rows:
@@ -89,8 +94,13 @@ def recover(tier: Tier) -> RecoveryProgress:
         # reconciliation ends, a block written behind the manifest's back is a miss (a recompute),
         # a row whose file is gone a miss that drops the row; never wrong bytes.
         tier.mark_index_complete()
-        log.info("tier %s: %d blocks indexed from the manifest in %.2fs; reconciling with the files",
-                 tier.name, progress.manifest_rows, progress.manifest_s)
+        log.info("tier %s: %d blocks indexed from the manifest in %.2fs%s", tier.name, progress.manifest_rows,
+                 progress.manifest_s, "" if shared else "; reconciling with the files")
+    if shared:
+        tier.mark_index_complete()
+        progress.phase = "done"
+        progress.seconds = time.monotonic() - started
+        return progress
 
     progress.phase = "listing"
     seen: set[BlockKey] = set()
@@ -116,7 +126,7 @@ def recover(tier: Tier) -> RecoveryProgress:
                 continue
             found.append((key, stored))
             if tier.manifest is not None:
-                tier.manifest.record_put(key, meta.raw_len, stored, meta.codec, meta.tag)
+                tier.manifest.commit_put(key, meta.raw_len, stored, meta.codec, meta.tag)
         tier.add_to_index(found)
         progress.added_from_files += len(found)
 

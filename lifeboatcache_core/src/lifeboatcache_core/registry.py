@@ -20,14 +20,15 @@ from lifeboatcache_core.errors import (
     UnknownPluginError,
 )
 
-Kind = Literal["backend", "codec", "policy", "adapter"]
-KINDS: tuple[Kind, ...] = ("backend", "codec", "policy", "adapter")
+Kind = Literal["backend", "manifest", "codec", "policy", "adapter"]
+KINDS: tuple[Kind, ...] = ("backend", "manifest", "codec", "policy", "adapter")
 
 #: the application distribution; its extras name the first-party plugin packages
 APP_DISTRIBUTION = "lifeboatcache"
 #: distribution name prefix -> kind (DESIGN §2 naming); any other ``lifeboatcache-<x>`` is an adapter
 _DIST_KINDS: tuple[tuple[str, Kind], ...] = (
-    ("lifeboatcache-backend-", "backend"), ("lifeboatcache-codec-", "codec"), ("lifeboatcache-policy-", "policy"),
+    ("lifeboatcache-backend-", "backend"), ("lifeboatcache-manifest-", "manifest"), ("lifeboatcache-codec-", "codec"),
+    ("lifeboatcache-policy-", "policy"),
 )
 _EXTRA_REQUIREMENT = re.compile(r"""^\s*([A-Za-z0-9][A-Za-z0-9._-]*)[^;]*;\s*extra\s*==\s*["']([^"']+)["']\s*$""")
 
@@ -123,6 +124,11 @@ class Registrar:
     def backend(self, name: str, target: str, *, config: str | None = None,
                 requires: list[str] | None = None, extra: str | None = None) -> None:
         self._add("backend", name, target, config, requires, extra)
+
+    def manifest(self, scheme: str, target: str, *, requires: list[str] | None = None,
+                 extra: str | None = None) -> None:
+        """A ``ManifestStore`` for ``manifest_url``s of this scheme (``postgresql`` serves ``postgresql+psycopg:``)."""
+        self._add("manifest", scheme, target, None, requires, extra)
 
     def codec(self, name: str, target: str, *, config: str | None = None,
               requires: list[str] | None = None, extra: str | None = None) -> None:

@@ -8,19 +8,18 @@ written), and it is rebuilt from the backend on open while the tier already serv
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lifeboatcache_core.abc import Backend, BlockHint, Codec, EvictionPolicy, KVLayout
+from lifeboatcache_core.abc import Backend, BlockHint, Codec, EvictionPolicy, KVLayout, ManifestStore
 from lifeboatcache_core.chunkfile import BlockMeta
-from lifeboatcache_core.errors import CorruptBlockError, LifeboatError
+from lifeboatcache_core.errors import CorruptBlockError, LifeboatError, ManifestError
 from lifeboatcache_core.integrity import BlockSigner, TamperedBlockError
 from lifeboatcache_core.keys import BlockKey
-from lifeboatcache_core.manifest import Manifest, ManifestError
 from lifeboatcache_core.metrics import OPS, LatencyHistogram, TierStats
 from lifeboatcache_core.recovery import RecoveryProgress, recover
 from lifeboatcache_core.threads import name_os_thread
@@ -91,20 +90,27 @@ class Tier:
         self.backoff = cfg.reprobe_seconds
         self.lower: Tier | None = None  # next tier down, for write-back demotion
         self._codecs: dict[str, Codec] = {self.codec.tag: self.codec}
-        self._identity = bool(getattr(self.codec, "identity", False))
-        self.manifest: Manifest | None = None
+        self._identity = self.codec.identity
+        self.manifest: ManifestStore | None = None
         self.recovery = RecoveryProgress()
         self.signer: BlockSigner | None = cfg.integrity_signer()
 
     # ------------------------------------------------------------------ health
 
     def open(self) -> bool:
-        """Create the backend if needed and run its write probe; return whether the tier is up."""
+        """Create the backend if needed and run its write probe; return whether the tier is up.
+
+        The manifest store is opened (or, when open, asked) after the probe: a shared one must
+        answer, or this node may not write, so its failure is the tier's reason to be down.
+        """
         try:
             if self.backend is None:
                 self.backend = self._backend_cls(self.cfg.backend_options, tier=self.name)
             self.backend.probe()
-            self._open_manifest()
+            if self.manifest is None:
+                self._open_manifest()
+            else:
+                self.manifest.ping()
         except Exception as exc:  # any failure to open is a reason, never a crash
             self.mark_down(_reason(exc))
             return False
@@ -123,6 +129,8 @@ class Tier:
             return
         try:
             self.backend.probe()
+            if self.manifest is not None:
+                self.manifest.ping()
         except Exception as exc:
             self.mark_down(_reason(exc))
 
@@ -174,7 +182,7 @@ class Tier:
             self._evict_over_capacity()
 
     def add_to_index(self, items: list[tuple[BlockKey, int]]) -> None:
-        """Index blocks known to be stored (recovery); keys already indexed are kept as they are."""
+        """Index blocks known to be stored (recovery, a shared store's rows); indexed keys are kept as they are."""
         with self.lock:
             index, policy = self.index, self.policy
             for key, size in items:
@@ -196,39 +204,84 @@ class Tier:
     # ------------------------------------------------------------------ manifest
 
     def _open_manifest(self) -> None:
+        """Open the manifest store the URL's scheme selects (``sqlite:`` beside the blocks by default).
+
+        A local store only speeds up restarts: when it cannot be opened the tier runs without
+        one (restarts rescan). A shared store holds the fleet's rows: its failure raises.
+        """
         assert self.backend is not None
         url = self.cfg.manifest_url or self.backend.default_manifest_url()
-        if not self.cfg.manifest or url is None or self.manifest is not None:
+        if not self.cfg.manifest or url is None:
             return
+        store: type[ManifestStore] = self.registry.load("manifest", manifest_scheme(url))
         try:
-            self.manifest = Manifest(url, self.name)
+            self.manifest = store.open(url, self.name)
         except ManifestError as exc:
-            if not _set_aside_sqlite(url):
-                log.warning("tier %s: %s; running without a manifest (restarts rescan)", self.name, exc)
-                return
-            log.warning("tier %s: %s; set aside, starting a new one", self.name, exc)
-            try:
-                self.manifest = Manifest(url, self.name)
-            except ManifestError as again:
-                log.warning("tier %s: %s; running without a manifest", self.name, again)
+            if store.shared:
+                raise
+            log.warning("tier %s: %s; running without a manifest (restarts rescan)", self.name, exc)
 
     def reset_manifest(self) -> None:
-        """The manifest failed while reading: set it aside and start an empty one."""
-        if self.manifest is None:
-            return
-        url = self.manifest.url
+        """The manifest failed while reading: start an empty one where the store can (else none)."""
+        if self.manifest is not None:
+            self.manifest = self.manifest.reset()
+
+    def _shared_rows(self) -> bool:
+        """Whether a shared manifest store (a fleet's) holds this tier's rows and capacity."""
+        manifest = self.manifest
+        return manifest is not None and manifest.shared
+
+    def _local_capacity(self) -> int:
+        """What this node's index may hold: the capacity, unless a shared store enforces it fleet-wide.
+
+        The index of a fleet tier also holds blocks other nodes stored (adopted on lookup), so
+        counting them against this node's budget would evict the fleet's blocks twice.
+        """
+        return sys.maxsize if self._shared_rows() else self.capacity
+
+    def _lookup(self, key: BlockKey) -> bool:
+        """Ask the shared store about a key the index does not hold; index it when it has a row.
+
+        Storage I/O (a query): only on the tier's pools or a blocking ``has``, never from
+        ``presence``/``may_have`` on an engine's thread.
+        """
+        assert self.manifest is not None
         try:
-            self.manifest.close()
-        except Exception:
-            pass
-        self.manifest = None
-        if _set_aside_sqlite(url):
-            self._open_manifest()
+            stored = self.manifest.lookup(key)
+        except ManifestError as exc:
+            self._io_error(exc)
+            return False
+        if stored is None:
+            return False
+        self.add_to_index([(key, stored)])
+        return True
+
+    def _publish(self, key: BlockKey, size: int, stored: int, codec: str, tag: str | None) -> list[BlockKey]:
+        """Record a stored block in the manifest store, before the index learns it.
+
+        Outside the tier lock (a shared store's row is a network round trip) and before
+        indexing, so an eviction's ``record_delete`` always comes after the row it removes.
+        When a shared store cannot take the row the block is not published: it is deleted
+        again (storage and rows stay in step) and ``ManifestError`` propagates. Returns the
+        blocks the store evicted to make room; their rows are already gone.
+        """
+        manifest, backend = self.manifest, self.backend
+        if manifest is None:
+            return []
+        try:
+            return manifest.commit_put(key, size, stored, codec, tag, capacity=self.capacity)
+        except ManifestError:
+            if backend is not None:
+                try:
+                    backend.delete(key)
+                except OSError:
+                    pass
+            raise
 
     def _evict_over_capacity(self) -> None:
         victims: list[tuple[BlockKey, int]] = []
         with self.lock:
-            while self.used > self.capacity:
+            while self.used > self._local_capacity():
                 victim = self.policy.victim(None)
                 if victim is None:
                     break
@@ -248,7 +301,7 @@ class Tier:
             return False
         if key in self.index:
             return True
-        if self.index_complete and not self.cfg.shared:
+        if self.index_complete and not self.cfg.shared and not self._shared_rows():
             return False
         return None
 
@@ -257,10 +310,13 @@ class Tier:
         return self.presence(key) is not False
 
     def has(self, key: BlockKey) -> bool:
-        """Index lookup, or a backend check where the index cannot tell (``presence`` is None)."""
+        """Index lookup, or where the index cannot tell (``presence`` is None) the shared store's
+        rows (a fleet's block is stored only when its row is) or else the backend."""
         known = self.presence(key)
         if known is not None or self.backend is None:
             return bool(known)
+        if self._shared_rows():
+            return self._lookup(key)
         try:
             return self.backend.exists(key)
         except OSError:
@@ -285,14 +341,18 @@ class Tier:
                     held += 1
         return held
 
-    def _forget(self, key: BlockKey) -> int:
-        """Remove ``key`` from index and policy (caller holds ``lock``); return its size."""
+    def _forget(self, key: BlockKey, *, row_gone: bool = False) -> int:
+        """Remove ``key`` from index and policy (caller holds ``lock``); return its size.
+
+        Its manifest row goes too, unless ``row_gone``: the shared store already removed it
+        (evicted it itself, or another node did).
+        """
         size = self.index.pop(key, 0)
         self.used -= size
         if self._depth.pop(key, None) is not None:
             self._used_at.pop(key, None)
         self.policy.remove(key)
-        if self.manifest is not None:
+        if self.manifest is not None and not row_gone:
             self.manifest.record_delete(key)
         return size
 
@@ -309,9 +369,13 @@ class Tier:
         if not self.up or backend is None:
             return False
         if key in self.index:  # content-addressed: same key, same bytes
-            with self.lock:
-                self.policy.touch(key)
-            return True
+            held = self._row_held(key)
+            if held is None:
+                return False
+            if held:
+                with self.lock:
+                    self.policy.touch(key)
+                return True
         codec = self.codec  # one codec for encode and meta, even if replace_codec runs meanwhile
         try:
             pieces, params = codec.encode(raw, layout)
@@ -335,12 +399,18 @@ class Tier:
             meta.mac = self.signer.sign(meta, pieces)
         try:
             stored = backend.put(key, pieces, meta)
+            evicted = self._publish(key, raw.nbytes, stored, codec.tag, hint.tag if hint else None)
         except Exception as exc:
             with self.lock:
                 self.reserved -= estimate
                 self._space.notify_all()
             self._io_error(exc)
             return False
+        if evicted:  # by a shared store, fleet-wide: rows gone, blocks deleted now (no lock held)
+            with self.lock:
+                dropped = [(victim, self._forget(victim, row_gone=True)) for victim in evicted]
+                self.stats.evictions += len(evicted)
+            self._drop(dropped)
         with self.lock:
             self.reserved -= estimate
             self._space.notify_all()
@@ -356,10 +426,25 @@ class Tier:
             self.stats.puts += 1
             self.stats.bytes_written += stored
             self.stats.raw_bytes_written += raw.nbytes
-            if self.manifest is not None:  # under the lock: ordered with a concurrent eviction's delete
-                self.manifest.record_put(key, raw.nbytes, stored, codec.tag, hint.tag if hint else None)
         self._io_ok()
         return True
+
+    def _row_held(self, key: BlockKey) -> bool | None:
+        """Whether an indexed ``key`` is still stored: always on a local tier; on a shared one
+        while its row exists (another node may have evicted it: then it is forgotten here).
+        None: the shared store did not answer."""
+        if not self._shared_rows():
+            return True
+        assert self.manifest is not None
+        try:
+            held = self.manifest.lookup(key) is not None
+        except ManifestError as exc:
+            self._io_error(exc)
+            return None
+        if not held:
+            with self.lock:
+                self._forget(key, row_gone=True)
+        return held
 
     def _reserve(self, key: BlockKey, estimate: int, backend: Backend,
                  depth: int | None = None,
@@ -377,6 +462,7 @@ class Tier:
         """
         if estimate > self.capacity:
             return None
+        capacity = self._local_capacity()
         try:
             fs_free = backend.free_bytes()
         except OSError:
@@ -389,7 +475,7 @@ class Tier:
                 # the filesystem must hold this block and every reserved one (reserve_free_gb kept)
                 fs_short = 0 if fs_free is None else estimate + self.reserved - fs_free - freed
                 declined = False
-                while self.used + self.reserved + estimate > self.capacity or fs_short > 0:
+                while self.used + self.reserved + estimate > capacity or fs_short > 0:
                     victim = self.policy.victim(key)
                     if victim is None:
                         break
@@ -404,7 +490,7 @@ class Tier:
                     fs_short -= size
                     victims.append((victim, size))
                     self.stats.evictions += 1
-                fits = self.used + self.reserved + estimate <= self.capacity and fs_short <= 0
+                fits = self.used + self.reserved + estimate <= capacity and fs_short <= 0
                 remaining = deadline - time.monotonic()
                 if fits or declined or self.reserved == 0 or remaining <= 0 or evictable is not None:
                     break
@@ -469,8 +555,13 @@ class Tier:
         if not self.up or backend is None:
             return None
         stored = self.index.get(key)
-        if stored is None and self.index_complete and not self.cfg.shared:
-            return None
+        if stored is None:
+            if self._shared_rows():  # a fleet's block is stored only with its row: ask (on the read pool)
+                if not self._lookup(key):
+                    return None
+                stored = self.index.get(key)
+            elif self.index_complete and not self.cfg.shared:
+                return None
         try:
             meta, payload = backend.read(key, dest if self._identity else None)
             if self.signer is not None:
@@ -479,7 +570,7 @@ class Tier:
                 raise IncompatibleBlockError(f"block holds {meta.raw_len} bytes, caller expects {dest.nbytes}")
             codec = self._codec_for(meta.codec)
             direct = payload.obj is dest.obj
-            if not (direct and getattr(codec, "identity", False)):
+            if not (direct and codec.identity):
                 if direct:
                     payload = memoryview(bytes(payload))
                 try:
@@ -584,7 +675,7 @@ class Tier:
         with self.lock:
             self._codecs[codec.tag] = codec
             self.codec = codec
-            self._identity = bool(getattr(codec, "identity", False))
+            self._identity = codec.identity
 
     # ------------------------------------------------------------------ misc
 
@@ -622,20 +713,9 @@ class Tier:
                 log.warning("tier %s: close failed: %s", self.name, exc)
 
 
-def _set_aside_sqlite(url: str) -> bool:
-    """Move a damaged SQLite manifest (and its WAL files) aside; False for other databases."""
-    if not url.startswith("sqlite:///"):
-        return False
-    path = Path(url.removeprefix("sqlite:///"))
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    for suffix in ("", "-wal", "-shm"):
-        part = Path(f"{path}{suffix}")
-        if part.exists():
-            try:
-                part.rename(f"{path}.corrupt-{stamp}{suffix}")
-            except OSError:
-                return False
-    return True
+def manifest_scheme(url: str) -> str:
+    """The manifest store a URL selects: its scheme without a driver (``postgresql+psycopg://`` → ``postgresql``)."""
+    return url.partition(":")[0].partition("+")[0].lower()
 
 
 def _reason(exc: BaseException) -> str:

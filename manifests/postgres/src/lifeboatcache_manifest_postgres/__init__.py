@@ -1,0 +1,1 @@
+"""The fleet's manifest store for lifeboatcache: ``manifest_url = "postgresql+psycopg://..."``."""
