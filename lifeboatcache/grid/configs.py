@@ -5,7 +5,8 @@
   ``CPUOffloadingSpec``; on vLLM's CPU platform stock vLLM refuses to offload, so this uses
   ``LifeboatOffloadingSpec`` with no tier below it (only our CPU-platform worker).
 - ``vllm-fs``: vLLM's CPU tier plus vLLM's own ``fs`` secondary tier (raw files).
-- ``lifeboatcache``: vLLM's CPU tier plus lifeboatcache (file tier: hash-checked blocks).
+- ``lifeboatcache``: vLLM's CPU tier plus lifeboatcache as ``LIFEBOAT_CACHE=1`` sets it up (one
+  file tier: hash-checked blocks, the lossless codec).
 - ``lifeboatcache:PATH.toml``: vLLM's CPU tier plus the lifeboatcache stack of a config file
   (its tiers, codecs, policies), labelled ``lifeboatcache:<file stem>``; see
   :func:`cell_lifeboat_config` for what the grid changes in it so that every cell starts empty.
@@ -120,7 +121,11 @@ def as_config(config: str | GridConfig) -> GridConfig:
 
 
 def _default_stack(capacity_gb: float) -> dict[str, Any]:
-    return {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": capacity_gb, "path": "lifeboat"}]}
+    """The ``lifeboatcache`` column: what ``LIFEBOAT_CACHE=1`` gives a user, one file tier with its codec."""
+    from lifeboatcache_vllm.settings import DEFAULT_TIER_CODEC
+
+    return {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": capacity_gb, "path": "lifeboat",
+                       "codec": DEFAULT_TIER_CODEC}]}
 
 
 def _inside(tier_dir: Path, path: str, where: str) -> str:

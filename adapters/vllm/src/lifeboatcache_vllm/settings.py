@@ -52,12 +52,20 @@ def enabled_by_env() -> bool:
     return os.environ.get(ENV_ENABLE, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+#: the codec of the default file tier: exact KV in fewer bytes. Below vLLM's CPU tier a disk
+#: that fills decides how much of a session comes back, and the lossless codec makes the same
+#: disk hold 1.47x as much bf16 KV (1.28x for dtypes it sees as bytes) for about 1.5 % of two
+#: cores' time (encode 0.7 GB/s, decode 1.8 GB/s per core, GIL released in zstd and numpy).
+DEFAULT_TIER_CODEC = "lossless"
+
+
 def default_vllm_config() -> LifeboatConfig:
-    """No config given: one file tier under the user cache dir.
+    """No config given: one file tier under the user cache dir, with the lossless codec.
 
     vLLM's own CPU tier already is the DRAM tier, so the core's default DRAM tier is left out.
     """
-    tier = TierConfig(name="nvme", backend="file", capacity_gb=50, path=str(default_cache_dir() / "vllm"))
+    tier = TierConfig(name="nvme", backend="file", capacity_gb=50, path=str(default_cache_dir() / "vllm"),
+                      codec=DEFAULT_TIER_CODEC)
     return LifeboatConfig(tiers=[tier])
 
 
