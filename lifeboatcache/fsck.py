@@ -13,13 +13,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
 from lifeboatcache_core.builtin.file import MANIFEST_NAME, PARTIAL, FileBackend, FileConfig
 from lifeboatcache_core.errors import CorruptBlockError
 from lifeboatcache_core.integrity import BlockSigner
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.manifest import Manifest, blocks, sqlite_url
+from sqlalchemy import select
 
 _FOREIGN = ("foreign namespace", "block belongs to another key")
 MAX_LISTED = 20

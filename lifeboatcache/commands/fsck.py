@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import typer
-from lifeboatcache_core.fsck import fsck
 from lifeboatcache_core.integrity import ENV_KEYS, signer_from_keys
 from rich.console import Console
 from rich.table import Table
+
+from lifeboatcache.fsck import fsck
 
 
 def register(app: typer.Typer) -> None:

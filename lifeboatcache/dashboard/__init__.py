@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lifeboatcache_core.metrics_node import SamplePublisher, node_sample, spool_dir
+from lifeboatcache.dashboard.metrics_node import SamplePublisher, node_sample, spool_dir
 
 if TYPE_CHECKING:
     import uvicorn

@@ -22,9 +22,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from prometheus_client.registry import Collector
-
 from lifeboatcache_core.metrics import Sample, families, merge_samples, process_samples
+from prometheus_client.registry import Collector
 
 log = logging.getLogger("lifeboatcache")
 

@@ -27,7 +27,6 @@ from typing import Any
 from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.config import LifeboatConfig, validation_problems
 from lifeboatcache_core.metrics import LATENCY_BUCKETS, Sample, derived
-from lifeboatcache_core.metrics_node import NodeCollector, node_sample
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import ValidationError
 from starlette.applications import Starlette
@@ -39,6 +38,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from lifeboatcache.dashboard.history import History
+from lifeboatcache.dashboard.metrics_node import NodeCollector, node_sample
 
 REDACTED = "********"
 MAX_BODY_BYTES = 1 << 20

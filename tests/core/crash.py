@@ -20,11 +20,10 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
-
 from lifeboatcache_core.keys import BlockKey
 
 _ctx = multiprocessing.get_context("forkserver")
-_ctx.set_forkserver_preload(["lifeboatcache_core.testing._crash_preload"])
+_ctx.set_forkserver_preload(["tests.core._crash_preload"])
 
 
 def crash_payload(seed: int, i: int) -> bytes:

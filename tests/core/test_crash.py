@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from lifeboatcache_core.builtin.file import FileBackend, FileConfig
-from lifeboatcache_core.testing.crash import crash_payload, kill_writer_once, parse_crash_key
+
+from .crash import crash_payload, kill_writer_once, parse_crash_key
 
 
 @pytest.mark.parametrize(("durability", "rounds"), [("none", 40), ("fsync", 200)])

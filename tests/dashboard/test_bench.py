@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lifeboatcache_core.metrics_node import ENV_SPOOL
 
 from lifeboatcache.bench.dashboard import run_bench
+from lifeboatcache.dashboard.metrics_node import ENV_SPOOL
 
 
 def test_bench_dashboard_small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

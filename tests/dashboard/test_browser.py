@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from lifeboatcache_core.cache import TieredCache
-from lifeboatcache_core.metrics_node import ENV_SPOOL
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from lifeboatcache.dashboard import DashboardHandle, start_dashboard
+from lifeboatcache.dashboard.metrics_node import ENV_SPOOL
 
 from .helpers import TOKEN, open_cache, traffic
 

@@ -15,9 +15,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from lifeboatcache_core.metrics_node import ENV_SPOOL, read_node_samples
 
 from lifeboatcache.dashboard import start_dashboard
+from lifeboatcache.dashboard.metrics_node import ENV_SPOOL, read_node_samples
 from lifeboatcache_core import dashboard_hook
 
 from .helpers import TOKEN, open_cache, traffic
@@ -114,7 +114,7 @@ ENGINE_PROCESS = textwrap.dedent("""
     from lifeboatcache_core.cache import TieredCache
     from lifeboatcache_core.config import load_config_dict
     from lifeboatcache_core.keys import BlockKey
-    from lifeboatcache_core.metrics_node import SamplePublisher
+    from lifeboatcache.dashboard.metrics_node import SamplePublisher
     root = Path(sys.argv[1])
     cfg = load_config_dict({"tiers": [
         {"name": "ram", "backend": "dram", "capacity_gb": 1},
@@ -167,7 +167,7 @@ def test_one_endpoint_serves_every_engine_process_of_the_node(tmp_path: Path) ->
 
 
 def test_spool_skips_other_formats_stale_and_dead_processes(tmp_path: Path) -> None:
-    from lifeboatcache_core.metrics_node import SAMPLE_FORMAT, write_sample
+    from lifeboatcache.dashboard.metrics_node import SAMPLE_FORMAT, write_sample
 
     spool = tmp_path / "own-spool"
     sample = {"tiers": {}, "cache": {}, "job_latency": {}}

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lifeboatcache_core.fsck import fsck
+from lifeboatcache.fsck import fsck
 
 from ..core.helpers import blobs, file_tier, keys, open_cache
 

@@ -7,7 +7,7 @@ one process without duplicate-registration errors.
 
 Scrapes go through *samples*: one JSON-able dict per cache (:func:`cache_sample`). The
 in-process collector turns the samples of this process into metric families; the node
-endpoint (:mod:`lifeboatcache_core.metrics_node`) does the same with the samples other engine
+endpoint (the app's :mod:`lifeboatcache.dashboard.metrics_node`) does the same with the samples other engine
 processes on the node spool to a shared directory, so one endpoint serves the whole node.
 """
 
