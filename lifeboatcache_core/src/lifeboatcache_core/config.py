@@ -81,14 +81,15 @@ class TierConfig(BaseModel):
     #: counts as a miss, and adopted into the index when found
     shared: bool = False
     #: a full tier evicts a block for a new one only if the victim is deeper in its prefix chain
-    #: (``BlockHint.depth``) or has not been used for ``keep_prefixes_idle_s``; otherwise it declines
-    #: the new block. A prompt hits only up to its first miss, so a session's head is worth more than
-    #: any tail, and among equals the block in use is worth more than the newcomer: agents that take
-    #: turns over a disk too small for all of them keep every session's leading chunks instead of
-    #: evicting the sessions about to return (LRU's failure on cycles), while the blocks of sessions
-    #: that ended still make room. Blocks without a depth (e.g. after a restart) are always evictable.
+    #: (``BlockHint.depth``) or idle for longer than sessions take to come back; otherwise it
+    #: declines the new block (lifeboatcache_core.prefixes). A prompt hits only up to its first
+    #: miss, so a session's head is worth more than any tail, and among equals the block in use is
+    #: worth more than the newcomer, while the blocks of sessions that ended still make room.
+    #: Blocks without a depth (e.g. after a restart) are always evictable.
     keep_prefixes: bool = True
-    keep_prefixes_idle_s: float = Field(default=600.0, gt=0)
+    #: the idle time after which a block is no longer protected; None learns it from the return
+    #: gaps the tier sees (four times their 90th percentile; 600 s until 32 were seen)
+    keep_prefixes_idle_s: float | None = Field(default=None, gt=0)
     #: predictive staging (lifeboatcache_core.staging): blocks of a session expected back soon (a
     #: ``TieredCache.stage`` hint, or the policy's estimate) are copied into this tier from the tiers
     #: below before it returns, into free room or over victims a lower tier still holds

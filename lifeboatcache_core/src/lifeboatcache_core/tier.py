@@ -21,6 +21,7 @@ from lifeboatcache_core.errors import CorruptBlockError, LifeboatError, Manifest
 from lifeboatcache_core.integrity import BlockSigner, TamperedBlockError
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.metrics import OPS, LatencyHistogram, TierStats
+from lifeboatcache_core.prefixes import PrefixGuard
 from lifeboatcache_core.recovery import RecoveryProgress, recover
 from lifeboatcache_core.threads import name_os_thread
 
@@ -73,9 +74,8 @@ class Tier:
         self.lock = threading.Lock()
         self._space = threading.Condition(self.lock)  # signalled when a reservation is released
         self.index: dict[BlockKey, int] = {}
-        # keep_prefixes: prefix depth of blocks stored with one, and when each was last used
-        self._depth: dict[BlockKey, int] = {}
-        self._used_at: dict[BlockKey, float] = {}
+        # keep_prefixes: prefix depth of blocks stored with one, their last uses, return gaps
+        self._prefixes = PrefixGuard(cfg.keep_prefixes_idle_s)
         self.used = 0
         self.reserved = 0
         self.stats = TierStats()
@@ -332,12 +332,11 @@ class Tier:
         held = 0
         now = time.monotonic()
         with self.lock:
-            index, policy, depth, used_at = self.index, self.policy, self._depth, self._used_at
+            index, policy, prefixes = self.index, self.policy, self._prefixes
             for key in keys:
                 if key in index:
                     policy.touch(key)
-                    if key in depth:
-                        used_at[key] = now
+                    prefixes.used(key, now)
                     held += 1
         return held
 
@@ -349,8 +348,7 @@ class Tier:
         """
         size = self.index.pop(key, 0)
         self.used -= size
-        if self._depth.pop(key, None) is not None:
-            self._used_at.pop(key, None)
+        self._prefixes.forget(key)
         self.policy.remove(key)
         if self.manifest is not None and not row_gone:
             self.manifest.record_delete(key)
@@ -420,8 +418,7 @@ class Tier:
             self.index[key] = stored
             self.used += stored
             if depth is not None:
-                self._depth[key] = depth
-                self._used_at[key] = time.monotonic()
+                self._prefixes.stored(key, depth, time.monotonic())
             self.policy.insert(key, stored, hint)
             self.stats.puts += 1
             self.stats.bytes_written += stored
@@ -453,8 +450,8 @@ class Tier:
 
         Space held by in-flight writes is not evictable yet: wait (bounded) for them to land
         rather than exceed the capacity or give up at once. With ``depth`` (``keep_prefixes``)
-        each victim must be deeper in its prefix chain than the incoming block or idle for
-        ``keep_prefixes_idle_s`` (``_protected``); at the first that is neither the incoming
+        each victim must be deeper in its prefix chain than the incoming block or idle for longer
+        than sessions take to return (``PrefixGuard.protects``); at the first that is neither the incoming
         block is declined (``stats.declined``) and nothing waits. Deeper victims taken before
         that stay evicted: their space serves the next store (a policy offers no look-ahead).
         ``evictable`` declines the same way at the first victim it refuses (not counted in
@@ -479,7 +476,7 @@ class Tier:
                     victim = self.policy.victim(key)
                     if victim is None:
                         break
-                    if depth is not None and self._protected(victim, depth):
+                    if depth is not None and self._prefixes.protects(victim, depth, time.monotonic()):
                         declined = True
                         break
                     if evictable is not None and not evictable(victim):
@@ -513,13 +510,6 @@ class Tier:
             victims = [(key, self._forget(key)) for key in keys if key in self.index]
         self._drop(victims)
         return sum(size for _key, size in victims)
-
-    def _protected(self, victim: BlockKey, depth: int) -> bool:
-        """keep_prefixes: may ``victim`` not make room for a block at ``depth``? (caller holds ``lock``)"""
-        victim_depth = self._depth.get(victim)
-        if victim_depth is None or victim_depth > depth:
-            return False
-        return time.monotonic() - self._used_at.get(victim, 0.0) < self.cfg.keep_prefixes_idle_s
 
     def _drop(self, victims: list[tuple[BlockKey, int]]) -> None:
         """Delete evicted blocks in one bulk call (S3 runs it concurrently), demoting them first to a
@@ -605,8 +595,7 @@ class Tier:
                 self.used += size
                 self.policy.insert(key, size, None)
             self.policy.touch(key)
-            if key in self._depth:
-                self._used_at[key] = time.monotonic()
+            self._prefixes.used(key, time.monotonic())
             self.stats.hits += 1
             self.stats.bytes_read += self.index.get(key, 0)
         if self.manifest is not None:

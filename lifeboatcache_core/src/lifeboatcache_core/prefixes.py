@@ -1,0 +1,95 @@
+"""``keep_prefixes``: which blocks a full tier may give up for a new one, and when sessions have ended.
+
+A prompt hits only up to its first miss, so a session's leading blocks are worth more than any
+of its later ones, and among equals a block in use is worth more than a newcomer: agents taking
+turns over a disk too small for all of them then keep every session's head instead of evicting
+the sessions about to return (LRU's failure on cycles). A block stops being protected once it
+has been idle for longer than sessions take to come back: its session has most likely ended,
+and on a long-running server new sessions must be able to replace ended ones (a tier that only
+ever keeps what it stored first, like vLLM's ``fs`` tier on a full disk, serves nothing to the
+sessions that start later).
+
+How long is "longer than sessions take to come back" is learnt, not configured: every time a
+request uses a block again, the time since its previous use is one sample of the return gap;
+the idle limit is ``GAP_FACTOR`` times the 90th percentile of the recent samples. Until
+``MIN_SAMPLES`` gaps have been seen (a fresh tier) the limit is ``UNLEARNT_IDLE_S``; a tier
+config's ``keep_prefixes_idle_s`` fixes it instead.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lifeboatcache_core.keys import BlockKey
+
+#: idle limit until enough return gaps were seen, so that a fresh tier behaves as before
+UNLEARNT_IDLE_S = 600.0
+#: return gaps needed before the learnt limit replaces UNLEARNT_IDLE_S
+MIN_SAMPLES = 32
+#: the idle limit in 90th-percentile return gaps: a session idle four times longer than nine in
+#: ten returns took has most likely ended (agents' think times are long-tailed, hence not 1-2x)
+GAP_FACTOR = 4.0
+#: the learnt limit never drops below this: uses closer together than a few seconds are one burst
+MIN_IDLE_S = 5.0
+#: recent return gaps kept (the limit follows the workload as it changes)
+WINDOW = 512
+
+
+class PrefixGuard:
+    """One tier's prefix depths, last uses and return gaps. Not locked: the tier calls it under its lock."""
+
+    def __init__(self, idle_s: float | None = None) -> None:
+        self._fixed_idle_s = idle_s
+        self._depth: dict[BlockKey, int] = {}
+        self._used_at: dict[BlockKey, float] = {}
+        self._fresh: set[BlockKey] = set()  # stored, not used since: the next use is the storing request's
+        self._gaps: deque[float] = deque(maxlen=WINDOW)
+        self._new_gaps = 0
+        self._learnt_idle_s: float | None = None
+
+    def stored(self, key: BlockKey, depth: int, now: float) -> None:
+        """``key`` was stored at prefix ``depth``."""
+        self._depth[key] = depth
+        self._used_at[key] = now
+        self._fresh.add(key)
+
+    def used(self, key: BlockKey, now: float) -> None:
+        """A request used ``key`` (read here or hit above this tier); its return gap is sampled.
+
+        The first use after the store is the storing request itself (an engine reports a
+        request's chain when it finishes, after its stores), not a return.
+        """
+        last = self._used_at.get(key)
+        if last is None:
+            return
+        self._used_at[key] = now
+        if key in self._fresh:
+            self._fresh.discard(key)
+            return
+        self._gaps.append(now - last)
+        self._new_gaps += 1
+        if self._new_gaps >= MIN_SAMPLES // 2 and len(self._gaps) >= MIN_SAMPLES:
+            self._new_gaps = 0
+            ordered = sorted(self._gaps)
+            self._learnt_idle_s = max(MIN_IDLE_S, GAP_FACTOR * ordered[int(0.9 * (len(ordered) - 1))])
+
+    def forget(self, key: BlockKey) -> None:
+        if self._depth.pop(key, None) is not None:
+            self._used_at.pop(key, None)
+            self._fresh.discard(key)
+
+    @property
+    def idle_limit_s(self) -> float:
+        """How long a block may go unused and still be protected."""
+        if self._fixed_idle_s is not None:
+            return self._fixed_idle_s
+        return self._learnt_idle_s if self._learnt_idle_s is not None else UNLEARNT_IDLE_S
+
+    def protects(self, victim: BlockKey, depth: int, now: float) -> bool:
+        """May ``victim`` not make room for a block at ``depth``? Deeper or idle blocks may; others not."""
+        victim_depth = self._depth.get(victim)
+        if victim_depth is None or victim_depth > depth:
+            return False
+        return now - self._used_at.get(victim, 0.0) < self.idle_limit_s
