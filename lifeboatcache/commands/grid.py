@@ -42,6 +42,9 @@ def register(app: typer.Typer) -> None:
         dram_gb: str = typer.Option("0.25", help="Comma list of vLLM CPU-tier (DRAM) sizes in GiB."),
         agents: str = typer.Option("4", help="Comma list of concurrent agent counts."),
         rounds: int = typer.Option(6, help="Turns per session."),
+        sessions_per_agent: int = typer.Option(1, min=1, help="Sessions each agent runs one after another (1: "
+                                                             "every session open all run; more: sessions end and new "
+                                                             "ones start while the tiers fill)."),
         traces: Path | None = typer.Option(None, help="kv-cache-tester traces (default: ../shared/traces if present, "
                                                       "else synthetic sessions)."),
         synthetic: bool = typer.Option(False, help="Use synthetic sessions even when traces exist."),
@@ -87,6 +90,9 @@ def register(app: typer.Typer) -> None:
         if not 0 <= restart_after_round < rounds:
             raise typer.BadParameter(f"must be between 1 and --rounds - 1 ({rounds - 1}), or 0 for no restart",
                                      param_hint="--restart-after-round")
+        if restart_after_round and sessions_per_agent > 1:
+            raise typer.BadParameter("a restart splits every session at one round; use it with one session per "
+                                     "agent", param_hint="--sessions-per-agent")
         shared = [c.label for c in columns if absolute_tier_paths(c)]
         if shared:
             console.print(f"[yellow]{', '.join(shared)}: absolute tier paths are used as written: the grid "
@@ -95,7 +101,8 @@ def register(app: typer.Typer) -> None:
         token_map = token_map_for_scale(scale)
         trace_dir = traces or (BUNDLED_TRACES if BUNDLED_TRACES.is_dir() and not synthetic else None)
         choice = SourceChoice("kvtrace" if trace_dir else "synthetic", trace_dir, max(agent_counts), rounds)
-        sessions_for, refused = sessions_per_agent_count(choice, agent_counts, token_map, max_model_len, max_tokens)
+        sessions_for, refused = sessions_per_agent_count(choice, agent_counts, token_map, max_model_len, max_tokens,
+                                                           sessions_per_agent)
         if refused:
             console.print(f"skipped {len(refused)} session(s) longer than {max_model_len} tokens")
         settings = EngineSettings(
@@ -107,7 +114,7 @@ def register(app: typer.Typer) -> None:
                         ReplayOptions(max_tokens=max_tokens, think_scale=think_scale, token_map=token_map),
                         out, timeout_s=timeout, disk_gb=disk_gb or None,
                         restart_after_round=restart_after_round or None, restart_signal=signal_name,
-                        repeat=repeat)
+                        repeat=repeat, sessions_per_agent=sessions_per_agent)
         results = run_grid(plan, sessions_for, console)
         console.print(rich_table(results))
         console.print(rich_tier_table(results))

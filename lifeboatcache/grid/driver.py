@@ -45,6 +45,7 @@ class GridPlan:
     restart_after_round: int | None = None  # stop the server after this many rounds, continue on a fresh one
     restart_signal: str = "TERM"  # a key of RESTART_SIGNALS
     repeat: int = 1  # runs of every cell, interleaved (odd runs in column order, even runs reversed)
+    sessions_per_agent: int = 1  # sessions each agent runs one after another (sessions_per_agent_count)
 
 
 @dataclass
@@ -223,7 +224,8 @@ def save_results(plan: GridPlan, results: Sequence[CellResult]) -> Path:
                "config_files": {c.label: str(c.source) for c in map(as_config, plan.configs) if c.source},
                "dram_gb": list(plan.dram_gb), "disk_gb": plan.disk_gb,
                "restart_after_round": plan.restart_after_round, "restart_signal": plan.restart_signal,
-               "agents": list(plan.agents), "repeat": plan.repeat, "max_tokens": plan.options.max_tokens,
+               "agents": list(plan.agents), "sessions_per_agent": plan.sessions_per_agent, "repeat": plan.repeat,
+               "max_tokens": plan.options.max_tokens,
                "tokens_per_block": plan.options.token_map.tokens_per_block,
                "cells": [r.to_dict() for r in results]}
     path.write_text(json.dumps(json_safe(payload), indent=1, default=str))

@@ -27,11 +27,20 @@ def resolve_model(model: str) -> str:
 
 
 def sessions_per_agent_count(choice: SourceChoice, agents: list[int], token_map: TokenMap, context_tokens: int,
-                             max_tokens: int) -> tuple[dict[int, list[Session]], list[str]]:
-    """The first ``a`` fitting sessions for each agent count ``a`` (one session per agent)."""
-    choice = SourceChoice(choice.kind, choice.path, max(agents), choice.rounds, choice.synthetic)
+                             max_tokens: int, per_agent: int = 1) -> tuple[dict[int, list[Session]], list[str]]:
+    """The first ``a * per_agent`` fitting sessions for each agent count ``a``.
+
+    ``per_agent`` 1: one session per agent, all of them open for the whole run. More: each agent
+    runs its sessions one after another (the replay hands the next one to the first agent that
+    is free), so sessions end and new ones start while the tiers fill, as on a long-running
+    server; what a tier kept of a finished session is then worth nothing.
+    """
+    if per_agent < 1:
+        raise ValueError(f"sessions per agent must be >= 1, got {per_agent}")
+    wanted = max(agents) * per_agent
+    choice = SourceChoice(choice.kind, choice.path, wanted, choice.rounds, choice.synthetic)
     sessions, refused = load_sessions(choice, fits_context(token_map, context_tokens, max_tokens))
-    if len(sessions) < max(agents):
-        raise ValueError(f"only {len(sessions)} session(s) fit a {context_tokens}-token context, {max(agents)} "
-                         "needed: lower --scale or --rounds, or raise --max-model-len")
-    return {a: sessions[:a] for a in agents}, refused
+    if len(sessions) < wanted:
+        raise ValueError(f"only {len(sessions)} session(s) fit a {context_tokens}-token context, {wanted} "
+                         "needed: lower --scale, --rounds or --sessions-per-agent, or raise --max-model-len")
+    return {a: sessions[:a * per_agent] for a in agents}, refused

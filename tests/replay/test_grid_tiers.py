@@ -271,3 +271,35 @@ def test_repeated_runs_interleave_the_columns_and_report_medians_against_vllm_fs
     assert table.startswith("| config | DRAM GiB | agents | runs |") and "| lifeboatcache #3 |" in table
     saved = json.loads((tmp_path / "out" / "grid.json").read_text())
     assert saved["repeat"] == 3 and [c["run"] for c in saved["cells"]] == [1, 1, 2, 2, 3, 3]
+
+
+# -- --sessions-per-agent: sessions end and new ones start while the tiers fill -------------------------------------
+
+
+def test_agents_run_their_sessions_one_after_another(tmp_path: Path) -> None:
+    from lifeboatcache.cli import app
+
+    log = tmp_path / "r.jsonl"
+    program = shlex.join([sys.executable, str(FAKE_SERVER), "--log", str(log)])
+    args = ["grid", "--model", "fake", "--synthetic", "--configs", "vllm", "--agents", "2", "--rounds", "2",
+            "--max-tokens", "2", "--out", str(tmp_path / "out"), "--server-program", program]
+    result = CliRunner().invoke(app, [*args, "--sessions-per-agent", "3"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    saved = json.loads((tmp_path / "out" / "grid.json").read_text())
+    assert saved["sessions_per_agent"] == 3
+    assert saved["cells"][0]["summary"]["requests"] == 2 * 3 * 2  # agents x sessions each x rounds
+    refused = CliRunner().invoke(app, [*args, "--sessions-per-agent", "2", "--restart-after-round", "1"],
+                                 env={"COLUMNS": "400"})
+    assert refused.exit_code == 2 and "one session per agent" in refused.output
+
+
+def test_sessions_per_agent_loads_that_many_sessions_per_agent_count() -> None:
+    from lifeboatcache.grid.setup import sessions_per_agent_count
+    from lifeboatcache.replay.sources import SourceChoice
+
+    choice = SourceChoice("synthetic", None, 1, 2)
+    got, _ = sessions_per_agent_count(choice, [1, 2], TokenMap(), 100_000, 8, per_agent=3)
+    assert [len(got[1]), len(got[2])] == [3, 6]
+    assert len({s.session_id for s in got[2]}) == 6 and got[1] == got[2][:3]
+    with pytest.raises(ValueError, match="must be >= 1"):
+        sessions_per_agent_count(choice, [1], TokenMap(), 100_000, 8, per_agent=0)
