@@ -9,15 +9,20 @@ Routes
     GET  /api/config            the running config (the dashboard token redacted)
     POST /api/config/validate   validate a config with the same pydantic models; errors per field
     POST /api/config            validate and apply live (needs the token); says what needs a restart
+    POST /api/stage             staging hint {"session", "eta_s"}: the session returns in eta_s seconds (token)
+    POST /api/release           staging hint {"session"}: the session is done; unused staged copies go (token)
 
-Config writes need the token (``Authorization: Bearer …`` or ``X-Lifeboat-Token``). A config
-names plugins by registered name only, and is validated before anything is applied.
+Config writes and staging hints need the token (``Authorization: Bearer …`` or
+``X-Lifeboat-Token``). A config names plugins by registered name only, and is validated before
+anything is applied. A session is the ``BlockHint.tag`` its blocks were stored with (the vLLM
+adapter's: the hex of the prompt's first chunk hash; docs/ARCHITECTURE.md, "Predictive staging").
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import math
 import os
 import time
 from importlib import resources
@@ -42,6 +47,8 @@ from lifeboatcache.dashboard.metrics_node import NodeCollector, node_sample
 
 REDACTED = "********"
 MAX_BODY_BYTES = 1 << 20
+MAX_SESSION_CHARS = 512
+MAX_ETA_S = 86400.0
 STATIC_FILES = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
 
 
@@ -113,6 +120,26 @@ def parse_config(data: Any, running: LifeboatConfig) -> tuple[LifeboatConfig | N
         return LifeboatConfig.model_validate(data), []
     except ValidationError as exc:
         return None, [{"loc": loc, "msg": msg} for loc, msg in validation_problems(exc, LifeboatConfig)]
+
+
+def parse_hint(data: Any, *, eta: bool) -> tuple[str, float, list[dict[str, str]]]:
+    """Check a staging hint's body: (session, eta_s, []) or ("", 0, [{loc, msg}, ...])."""
+    if not isinstance(data, dict):
+        return "", 0.0, [{"loc": "", "msg": f"the hint must be a JSON object, got {type(data).__name__}"}]
+    errors = []
+    session = data.get("session")
+    if not isinstance(session, str) or not 0 < len(session) <= MAX_SESSION_CHARS:
+        errors.append({"loc": "session", "msg": f"a non-empty string of at most {MAX_SESSION_CHARS} characters "
+                                                "(the tag the session's blocks were stored with)"})
+    eta_s = data.get("eta_s", 0.0)
+    if eta and (isinstance(eta_s, bool) or not isinstance(eta_s, int | float) or not math.isfinite(eta_s)
+                or not 0 <= eta_s <= MAX_ETA_S):
+        errors.append({"loc": "eta_s", "msg": f"seconds from now until the session returns, 0 to {MAX_ETA_S:g}"})
+    unknown = set(data) - ({"session", "eta_s"} if eta else {"session"})
+    errors += [{"loc": name, "msg": "unknown key"} for name in sorted(unknown)]
+    if errors:
+        return "", 0.0, errors
+    return session, float(eta_s), []  # type: ignore[return-value]
 
 
 async def _json_body(request: Request) -> tuple[Any, JSONResponse | None]:
@@ -204,6 +231,28 @@ def create_app(cache: TieredCache, *, token: str, history: History | None = None
         return JSONResponse({"ok": True, "applied": applied, "restart": restart,
                              "config": redacted_config(cache.config)})
 
+    async def hint(request: Request, *, eta: bool) -> Response:
+        refused = authorized(request)
+        if refused is not None:
+            return refused
+        data, problem = await _json_body(request)
+        if problem is not None:
+            return problem
+        session, eta_s, errors = parse_hint(data, eta=eta)
+        if errors:
+            return JSONResponse({"ok": False, "errors": errors}, status_code=422)
+        if eta:
+            blocks = await run_in_threadpool(cache.stage, session, eta_s)
+            return JSONResponse({"ok": True, "session": session, "eta_s": eta_s, "blocks": blocks})
+        wasted = await run_in_threadpool(cache.release, session)
+        return JSONResponse({"ok": True, "session": session, "wasted_bytes": wasted})
+
+    async def post_stage(request: Request) -> Response:
+        return await hint(request, eta=True)
+
+    async def post_release(request: Request) -> Response:
+        return await hint(request, eta=False)
+
     routes = [
         Route("/", index),
         *(Route(f"/static/{name}", static_file(name)) for name in STATIC_FILES),
@@ -213,6 +262,8 @@ def create_app(cache: TieredCache, *, token: str, history: History | None = None
         Route("/api/config", get_config, methods=["GET"]),
         Route("/api/config", post_config, methods=["POST"]),
         Route("/api/config/validate", validate, methods=["POST"]),
+        Route("/api/stage", post_stage, methods=["POST"]),
+        Route("/api/release", post_release, methods=["POST"]),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] if allowed_hosts else []
     app = Starlette(routes=routes, middleware=middleware)
