@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from importlib.metadata import entry_points as real_entry_points
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from lifeboatcache_core.tier import Tier
 from lifeboatcache_manifest_postgres.store import PostgresManifest
 from sqlalchemy import create_engine, text
 
+from lifeboatcache_core import plugins
 from tests.backends.backend_servers import MotoServer, PostgresServer, free_port
 from tests.backends.conftest import AWS_TEST_ENV
 
@@ -323,3 +325,27 @@ def test_the_fleet_lock_is_never_held_across_storage_io(postgres: PostgresServer
     finally:
         cache.close()
         probe.dispose()
+
+
+def test_a_postgresql_manifest_without_its_package_says_what_to_install(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheme is looked up like any plugin name: an uninstalled store is a reason naming its package."""
+    dist = "lifeboatcache-manifest-postgres"
+
+    def without_dist(**kwargs: Any) -> list[Any]:
+        return [ep for ep in real_entry_points(**kwargs) if not (ep.dist and ep.dist.name == dist)]
+
+    monkeypatch.setattr(plugins, "entry_points", without_dist)
+    plugins.reset_registry()
+    tier = {"name": "shared", "backend": "file", "capacity_gb": 0.01, "path": str(tmp_path / "shared"),
+            "manifest_url": "postgresql+psycopg://lifeboat@127.0.0.1:1/lifeboat"}
+    try:
+        with TieredCache(load_config_dict({"tiers": [tier], "fallback_local": {"path": str(tmp_path / "fb")}}),
+                         background_index=False) as cache:
+            health = {h["tier"]: h for h in cache.health()}
+        assert not health["shared"]["up"]
+        assert dist in health["shared"]["reason"], health["shared"]
+        assert "pip install 'lifeboatcache[postgresql]'" in health["shared"]["reason"], health["shared"]
+    finally:
+        monkeypatch.undo()
+        plugins.reset_registry()
