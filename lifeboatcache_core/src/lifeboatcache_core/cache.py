@@ -50,6 +50,8 @@ class JobResult:
     job_id: int
     kind: JobKind
     ok: list[bool]
+    #: from submit to the last block done: the tier's own time, not the caller's polling delay
+    seconds: float = 0.0
 
     @property
     def count(self) -> int:
@@ -64,6 +66,7 @@ class _Job:
     tasks: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.perf_counter)
+    seconds: float = 0.0  # set when the last task is done
 
 
 def as_byte_view(buf: _Buffer) -> memoryview:
@@ -215,8 +218,9 @@ class TieredCache:
             job.tasks -= 1
             if job.tasks:
                 return
+            job.seconds = time.perf_counter() - job.started
             self._finished.append(job)
-        self.telemetry.job_latency[job.kind].observe(time.perf_counter() - job.started)
+        self.telemetry.job_latency[job.kind].observe(job.seconds)
         job.done.set()
 
     def _finish_if_idle(self, job: _Job) -> None:
@@ -355,7 +359,7 @@ class TieredCache:
             while self._finished:
                 job = self._finished.popleft()
                 self._jobs.pop(job.job_id, None)
-                out.append(JobResult(job.job_id, job.kind, job.ok))
+                out.append(JobResult(job.job_id, job.kind, job.ok, job.seconds))
         return out
 
     def wait(self, job_id: int, timeout: float | None = None) -> JobResult:
@@ -372,7 +376,7 @@ class TieredCache:
                 self._finished.remove(job)
             except ValueError:
                 pass
-        return JobResult(job.job_id, job.kind, job.ok)
+        return JobResult(job.job_id, job.kind, job.ok, job.seconds)
 
     # ------------------------------------------------------------------ blocking helpers
 

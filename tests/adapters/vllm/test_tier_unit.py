@@ -107,6 +107,21 @@ def test_store_then_load_round_trips_rows_and_reports_hits(tmp_path: Path) -> No
     tier.shutdown()
 
 
+def test_transfer_time_is_the_jobs_own_not_the_wait_for_the_next_poll(tmp_path: Path) -> None:
+    """vLLM's kv_offload_tiering_{read,write}_time sum it: a poll one engine step later must not count."""
+    tier, region = make_tier(file_config(tmp_path / "t"))
+    region[:2, :PAYLOAD] = 7
+    tier.submit_store(job(1, KEYS[:2], [0, 1], False))
+    assert tier.cache is not None
+    deadline = time.monotonic() + 10
+    while tier.cache.telemetry.job_latency["put"].count == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)  # the job is done, but nobody polled yet
+    time.sleep(0.3)  # the engine's step
+    stored = finish(tier, 1)
+    assert stored.success and stored.transfer_time is not None and 0 < stored.transfer_time < 0.25
+    tier.shutdown()
+
+
 def chain_context(req_id: str, keys: list[bytes]) -> ReqContext:
     """A request context as vLLM's scheduler fills it: every key's end-token position."""
     ctx = ReqContext(req_id=req_id)

@@ -59,7 +59,6 @@ class _Pending:
     job_id: int
     keys: list[OffloadKey]
     is_load: bool
-    submitted: float
     nbytes: int
     req_id: str = ""
 
@@ -244,7 +243,7 @@ class LifeboatTier(SecondaryTierManager):
         cache_job = cache.submit_put([block_keys[i] for i in todo], rows, layout=self._layout, hints=hints)
         req_id = req_context.req_id
         self._pending[cache_job] = _Pending(job_metadata.job_id, [keys[i] for i in todo], False,
-                                            time.monotonic(), len(todo) * self._payload_bytes, req_id)
+                                            len(todo) * self._payload_bytes, req_id)
         self._stores_in_flight[req_id] = self._stores_in_flight.get(req_id, 0) + 1
 
     def _hints(self, keys: list[OffloadKey], req_context: ReqContext) -> list[BlockHint | None]:
@@ -281,8 +280,7 @@ class LifeboatTier(SecondaryTierManager):
             self._ready.append(JobResult(job_metadata.job_id, success=False, successful_keys=[]))
             return
         cache_job = cache.submit_get_into([self._key(k) for k in keys], self._rows(job_metadata.chunk_ids))
-        self._pending[cache_job] = _Pending(job_metadata.job_id, keys, True, time.monotonic(),
-                                            len(keys) * self._payload_bytes)
+        self._pending[cache_job] = _Pending(job_metadata.job_id, keys, True, len(keys) * self._payload_bytes)
 
     def _result(self, done: CacheJobResult) -> JobResult | None:
         job = self._pending.pop(done.job_id, None)
@@ -299,8 +297,10 @@ class LifeboatTier(SecondaryTierManager):
             self._chunks_loaded += done.count
         else:
             self._chunks_stored += done.count
-        return JobResult(job.job_id, success=ok, successful_keys=partial,
-                         transfer_time=time.monotonic() - job.submitted, transfer_bytes=moved)
+        # the job's own duration: vLLM's kv_offload_tiering_{read,write}_time then compare with its
+        # fs tier, which times a job on its I/O thread; time to this poll adds up to a whole engine step
+        return JobResult(job.job_id, success=ok, successful_keys=partial, transfer_time=done.seconds,
+                         transfer_bytes=moved)
 
     @on_engine_thread
     def get_finished_jobs(self) -> Iterable[JobResult]:
