@@ -10,21 +10,23 @@
 
 Until the index is complete, the tier reads the backend directly on an index miss, so the
 first hit after a restart does not wait for recovery.
+
+Recovery works over what it is handed: the backend, the manifest store, a progress report and
+the index as a :class:`RecoveredIndex` (``Tier`` provides it); it never touches the tier's
+lock, dicts or counters itself.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Container
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from lifeboatcache_core.abc import Row
+from lifeboatcache_core.abc import Backend, ManifestStore, Row
 from lifeboatcache_core.errors import CorruptBlockError, ManifestError
 from lifeboatcache_core.keys import MAX_DIGEST_BYTES, BlockKey, valid_namespace
-
-if TYPE_CHECKING:
-    from lifeboatcache_core.tier import Tier
 
 log = logging.getLogger("lifeboatcache")
 _BATCH = 65_536
@@ -47,6 +49,28 @@ class RecoveryProgress:
         return asdict(self)
 
 
+class RecoveredIndex(Protocol):
+    """The index recovery fills. Each call is one step under the index's own lock."""
+
+    def indexed(self) -> Container[BlockKey]:
+        """Live membership of the index (no copy: a million-key listing asks it once per key)."""
+
+    def indexed_except(self, keys: set[BlockKey]) -> list[BlockKey]:
+        """The indexed keys that are not in ``keys``, at one moment."""
+
+    def add_to_index(self, items: list[tuple[BlockKey, int]]) -> None:
+        """Index stored blocks (key, stored bytes); keys already indexed stay as they are."""
+
+    def drop_from_index(self, keys: list[BlockKey]) -> None:
+        """Forget blocks that are no longer stored, with their manifest rows."""
+
+    def set_aside(self, key: BlockKey, reason: str) -> None:
+        """Quarantine a damaged block; it is a miss from now on."""
+
+    def mark_index_complete(self) -> None:
+        """From now on an index miss is a miss."""
+
+
 def usable_rows(rows: list[Row]) -> list[tuple[BlockKey, int]]:
     """Index entries from manifest rows that name a valid key and size.
 
@@ -61,54 +85,56 @@ def usable_rows(rows: list[Row]) -> list[tuple[BlockKey, int]]:
             and type(size) is int and size >= 0]
 
 
-def recover(tier: Tier) -> RecoveryProgress:
-    """Fill ``tier.index`` from its manifest and its backend; return what was found."""
-    progress = tier.recovery
-    started = time.monotonic()
-    backend = tier.backend
-    assert backend is not None
+def recover(index: RecoveredIndex, backend: Backend, manifest: ManifestStore | None,
+            progress: RecoveryProgress, name: str) -> ManifestStore | None:
+    """Fill ``index`` from ``manifest`` and ``backend``, reporting in ``progress``.
 
+    Returns the manifest store to keep: ``manifest``, or the fresh one it was reset to (or
+    None) when its rows could not be read. A shared store's read failure raises: its rows
+    are the only index there is.
+    """
+    started = time.monotonic()
     progress.phase = "manifest"
     rows = None
-    shared = tier.manifest is not None and tier.manifest.shared
-    if tier.manifest is not None:
+    shared = manifest is not None and manifest.shared
+    if manifest is not None:
         try:
-            rows = tier.manifest.load()
+            rows = manifest.load()
         except ManifestError as exc:
-            if shared:  # the shared rows are the only index: nothing to rebuild from
+            if shared:
                 raise
-            log.warning("tier %s: %s; rebuilding it from the block files", tier.name, exc)
-            tier.reset_manifest()
+            log.warning("tier %s: %s; rebuilding it from the block files", name, exc)
+            manifest = manifest.reset()
     if rows:
         rejected = 0
         for start in range(0, len(rows), _BATCH):
             usable = usable_rows(rows[start:start + _BATCH])
             rejected += min(_BATCH, len(rows) - start) - len(usable)
-            tier.add_to_index(usable)
+            index.add_to_index(usable)
         progress.manifest_rows = len(rows) - rejected
         if rejected:
             log.warning("tier %s: %d manifest rows name no valid block (bad namespace, digest or size): ignored",
-                        tier.name, rejected)
+                        name, rejected)
         progress.manifest_s = time.monotonic() - started
         # The manifest is the index: serve from memory now and reconcile in the background. Until
         # reconciliation ends, a block written behind the manifest's back is a miss (a recompute),
         # a row whose file is gone a miss that drops the row; never wrong bytes.
-        tier.mark_index_complete()
-        log.info("tier %s: %d blocks indexed from the manifest in %.2fs%s", tier.name, progress.manifest_rows,
+        index.mark_index_complete()
+        log.info("tier %s: %d blocks indexed from the manifest in %.2fs%s", name, progress.manifest_rows,
                  progress.manifest_s, "" if shared else "; reconciling with the files")
     if shared:
-        tier.mark_index_complete()
+        index.mark_index_complete()
         progress.phase = "done"
         progress.seconds = time.monotonic() - started
-        return progress
+        return manifest
 
     progress.phase = "listing"
     seen: set[BlockKey] = set()
     unknown: list[BlockKey] = []
-    index = tier.index
+    indexed = index.indexed()
     for key in backend.list_keys():
         seen.add(key)
-        if key not in index:
+        if key not in indexed:
             unknown.append(key)
     progress.listed = len(seen)
 
@@ -122,21 +148,20 @@ def recover(tier: Tier) -> RecoveryProgress:
                 continue
             except CorruptBlockError as exc:
                 progress.corrupt += 1
-                tier.set_aside(key, exc.reason)
+                index.set_aside(key, exc.reason)
                 continue
             found.append((key, stored))
-            if tier.manifest is not None:
-                tier.manifest.commit_put(key, meta.raw_len, stored, meta.codec, meta.tag)
-        tier.add_to_index(found)
+            if manifest is not None:
+                manifest.commit_put(key, meta.raw_len, stored, meta.codec, meta.tag)
+        index.add_to_index(found)
         progress.added_from_files += len(found)
 
     if rows is not None and progress.listed - len(unknown) < len(rows):
-        with tier.lock:
-            candidates = [k for k in tier.index if k not in seen]
+        candidates = index.indexed_except(seen)
         gone = [k for k in candidates if not backend.exists(k)]  # a put may have landed after listing
-        tier.drop_from_index(gone)
+        index.drop_from_index(gone)
         progress.missing_files = len(gone)
 
     progress.phase = "done"
     progress.seconds = time.monotonic() - started
-    return progress
+    return manifest

@@ -11,7 +11,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -161,8 +161,9 @@ class Tier:
     def load_index(self) -> None:
         """Rebuild the index (manifest, then the files); the tier serves by direct reads meanwhile."""
         assert self.backend is not None
+        progress = self.recovery
         try:
-            progress = recover(self)
+            self.manifest = recover(self, self.backend, self.manifest, progress, self.name)
         except Exception as exc:
             self.recovery.phase = "failed"
             log.warning("tier %s: index recovery failed: %s", self.name, _reason(exc))
@@ -180,6 +181,15 @@ class Tier:
         if not self.index_complete:
             self.index_complete = True
             self._evict_over_capacity()
+
+    def indexed(self) -> Container[BlockKey]:
+        """Live membership of the index, without a copy or the lock (recovery's listing asks per key)."""
+        return self.index.keys()
+
+    def indexed_except(self, keys: set[BlockKey]) -> list[BlockKey]:
+        """The indexed keys not in ``keys``, at one moment (under the lock)."""
+        with self.lock:
+            return [k for k in self.index if k not in keys]
 
     def add_to_index(self, items: list[tuple[BlockKey, int]]) -> None:
         """Index blocks known to be stored (recovery, a shared store's rows); indexed keys are kept as they are."""
@@ -220,11 +230,6 @@ class Tier:
             if store.shared:
                 raise
             log.warning("tier %s: %s; running without a manifest (restarts rescan)", self.name, exc)
-
-    def reset_manifest(self) -> None:
-        """The manifest failed while reading: start an empty one where the store can (else none)."""
-        if self.manifest is not None:
-            self.manifest = self.manifest.reset()
 
     def _shared_rows(self) -> bool:
         """Whether a shared manifest store (a fleet's) holds this tier's rows and capacity."""
