@@ -51,6 +51,36 @@ def test_full_filesystem_at_open_is_skipped_with_fallback(tmp_path: Path) -> Non
             assert cache.get(keys(2), [bytearray(1000), bytearray(1000)]) == [True, True]
 
 
+def _fill(mnt: Path) -> None:
+    """Another writer takes every free byte of the filesystem."""
+    with open(mnt / "filler", "wb") as fh:
+        with contextlib.suppress(OSError):
+            while True:
+                fh.write(b"\0" * MiB)
+                fh.flush()
+
+
+def test_a_tier_whose_disk_fills_stays_up_and_serves_what_it_holds(tmp_path: Path) -> None:
+    """A bounded tier is full in its steady state: its probe must not turn every block it holds into a miss."""
+    with tmpfs(tmp_path / "fills", "8m") as mnt:
+        tier = file_tier(mnt, probe_seconds=0.2, manifest_url=f"sqlite:///{tmp_path / 'm.sqlite'}")
+        with open_cache(tmp_path, tier) as cache:
+            assert cache.put(keys(3), blobs(3, 100_000)) == [True] * 3
+            _fill(mnt)
+            time.sleep(0.6)  # three probe periods on a full filesystem
+            cache.all_tiers[0].check()
+            assert cache.all_tiers[0].up, cache.all_tiers[0].reason
+            assert cache.get(keys(3), [bytearray(100_000) for _ in range(3)]) == [True] * 3
+            cache.put(keys(1, start=9), blobs(1, 100_000))  # fits only by evicting; never raises
+            assert cache.all_tiers[0].up and cache.all_tiers[0].stats.errors == 0
+            held = [k for k in [*keys(3), *keys(1, start=9)] if k in cache.all_tiers[0].index]
+            assert held  # eviction made room (for the manifest too), nothing was lost to errors
+        # a restart on the full disk: the blocks on it are served again
+        with open_cache(tmp_path, tier) as cache:
+            assert cache.wait_ready(10) and cache.all_tiers[0].up, cache.all_tiers[0].reason
+            assert cache.get(held, [bytearray(100_000) for _ in held]) == [True] * len(held)
+
+
 def test_reserve_free_gb_is_honoured_on_a_real_filesystem(tmp_path: Path) -> None:
     reserve = 6 * MiB
     with tmpfs(tmp_path / "small", "24m") as mnt:

@@ -62,3 +62,11 @@ class ManifestError(LifeboatError):
 
 class TierUnavailableError(LifeboatError):
     """A tier failed its write probe; the reason says why in operator terms."""
+
+
+class TierFullError(TierUnavailableError):
+    """The store has no room left (a full filesystem, a quota, ``reserve_free_gb``) but reads fine.
+
+    Not a failure of a tier that holds blocks: it keeps serving them and stores what eviction
+    makes room for. An empty tier on a full store is down (nothing to serve, nothing fits).
+    """

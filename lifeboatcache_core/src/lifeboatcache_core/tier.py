@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from lifeboatcache_core.abc import Backend, BlockHint, Codec, EvictionPolicy, KVLayout, ManifestStore
 from lifeboatcache_core.chunkfile import BlockMeta
-from lifeboatcache_core.errors import CorruptBlockError, LifeboatError, ManifestError
+from lifeboatcache_core.errors import CorruptBlockError, LifeboatError, ManifestError, TierFullError
 from lifeboatcache_core.integrity import BlockSigner, TamperedBlockError
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.metrics import OPS, LatencyHistogram, TierStats
@@ -94,6 +94,7 @@ class Tier:
         self.manifest: ManifestStore | None = None
         self.recovery = RecoveryProgress()
         self.signer: BlockSigner | None = cfg.integrity_signer()
+        self._full_logged = False  # the "tier is full" line is logged once
 
     # ------------------------------------------------------------------ health
 
@@ -106,7 +107,7 @@ class Tier:
         try:
             if self.backend is None:
                 self.backend = self._backend_cls(self.cfg.backend_options, tier=self.name)
-            self.backend.probe()
+            self._probe()
             if self.manifest is None:
                 self._open_manifest()
             else:
@@ -128,11 +129,29 @@ class Tier:
         if self.backend is None or not self.up:
             return
         try:
-            self.backend.probe()
+            self._probe()
             if self.manifest is not None:
                 self.manifest.ping()
         except Exception as exc:
             self.mark_down(_reason(exc))
+
+    def _probe(self) -> None:
+        """The backend's probe, where a full store is fine as long as this tier holds blocks.
+
+        A bounded tier is full in its steady state (eviction keeps it there); going down then
+        would turn every block it holds into a miss. Only an empty tier on a full store is down:
+        it has nothing to serve and nothing fits (an engine's fallback tier takes over).
+        """
+        assert self.backend is not None
+        try:
+            self.backend.probe()
+        except TierFullError as exc:
+            if not (self.index or next(iter(self.backend.list_keys()), None) is not None):
+                raise
+            if not self._full_logged:
+                self._full_logged = True
+                log.info("tier %s is full (%s): it serves what it holds and stores what eviction makes room for",
+                         self.name, exc)
 
     def mark_down(self, reason: str) -> None:
         with self.lock:

@@ -49,7 +49,7 @@ from lifeboatcache_core.chunkfile import (
     parse_header,
     payload_digest,
 )
-from lifeboatcache_core.errors import CorruptBlockError, TierUnavailableError
+from lifeboatcache_core.errors import CorruptBlockError, TierFullError, TierUnavailableError
 from lifeboatcache_core.keys import MAX_DIGEST_BYTES, BlockKey, valid_namespace
 from lifeboatcache_core.manifest import sqlite_url
 
@@ -60,6 +60,11 @@ HEAD_READ = 4096
 HEADER_ALIGN = 64  # buffered writes: meta that differs by a few characters keeps one header length
 _MAX_HEADER_GUESSES = 64
 GB = 1024**3
+#: a filesystem that is full (or the user's quota): nothing wrong with the tier, nothing more fits
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+#: free space kept for the manifest beside the blocks: 2 % of the filesystem, at most 64 MiB
+METADATA_ROOM_SHARE = 0.02
+METADATA_ROOM_MAX = 64 * 1024**2
 _HOST = xxhash.xxh32_hexdigest(socket.gethostname().encode())
 
 
@@ -427,6 +432,12 @@ class FileBackend(Backend):
         os.replace(tmp, path)
 
     def probe(self) -> None:
+        """Write, read back and delete a small file; ``TierFullError`` when nothing more fits.
+
+        A full disk still serves every block on it (the tier decides whether that keeps it up),
+        so with no room for the probe file the read side is checked instead (the directory
+        lists) and the error says full, not broken.
+        """
         probe_dir = self.root / ".probe"
         name = probe_dir / f"{_HOST}-{os.getpid()}-{secrets.token_hex(4)}"
         data = secrets.token_bytes(4096)
@@ -437,19 +448,28 @@ class FileBackend(Backend):
             if name.read_bytes() != data:
                 raise TierUnavailableError(f"{self.root}: probe read back different bytes")
         except OSError as exc:
-            raise TierUnavailableError(f"{self.root}: {exc.strerror or exc}") from exc
+            if exc.errno not in FULL_ERRNOS:
+                raise TierUnavailableError(f"{self.root}: {exc.strerror or exc}") from exc
+            try:  # full: what is on it must still read
+                os.listdir(self._root)
+            except OSError as read_exc:
+                raise TierUnavailableError(f"{self.root}: {read_exc.strerror or read_exc}") from read_exc
+            raise TierFullError(f"{self.root}: {exc.strerror or exc}") from exc
         finally:
             _unlink_quiet(str(name))
         free = self.free_bytes()
         if free is not None and free <= 0:
-            raise TierUnavailableError(
-                f"{self.root}: filesystem has less free space than reserve_free_gb={self.config.reserve_free_gb}"
-            )
+            raise TierFullError(
+                f"{self.root}: filesystem has less free space than reserve_free_gb={self.config.reserve_free_gb} "
+                "and the manifest's room")
 
     def free_bytes(self) -> int:
-        """Free bytes usable by this tier: the filesystem's free space less ``reserve_free_gb``."""
+        """Free bytes usable by blocks: the filesystem's free space less ``reserve_free_gb`` and
+        the manifest's room (``METADATA_ROOM``: its SQLite journal grows on the same disk, and a
+        disk filled to the last page fails every manifest commit)."""
         st = os.statvfs(self._root)
-        return st.f_bavail * st.f_frsize - self._reserve
+        room = min(METADATA_ROOM_MAX, int(st.f_blocks * st.f_frsize * METADATA_ROOM_SHARE))
+        return st.f_bavail * st.f_frsize - self._reserve - room
 
 
 def _pwritev_all(fd: int, bufs: list[Buffer], total: int) -> None:
