@@ -21,6 +21,7 @@ from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.chunkfile import decode_block
 from lifeboatcache_core.config import load_config_dict
 from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.testing import ManifestStoreContract
 from lifeboatcache_core.tier import Tier
 from lifeboatcache_manifest_postgres.store import PostgresManifest
 from sqlalchemy import create_engine, text
@@ -349,3 +350,14 @@ def test_a_postgresql_manifest_without_its_package_says_what_to_install(tmp_path
     finally:
         monkeypatch.undo()
         plugins.reset_registry()
+
+
+class TestPostgresManifest(ManifestStoreContract):
+    """The shared store passes the contract every manifest store does (one server for every test)."""
+
+    @pytest.fixture(autouse=True)
+    def _server(self, postgres: PostgresServer) -> None:
+        self.url = postgres.url
+
+    def make_store(self, tmp_path: Path, tier: str) -> PostgresManifest:
+        return PostgresManifest(self.url, tier)

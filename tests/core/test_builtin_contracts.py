@@ -13,10 +13,12 @@ from lifeboatcache_core.builtin.lru import LRUPolicy
 from lifeboatcache_core.builtin.none_codec import NoneCodec
 from lifeboatcache_core.chunkfile import BlockMeta
 from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.manifest import Manifest, sqlite_url
 from lifeboatcache_core.testing import (
     BackendContract,
     CodecContract,
     CorruptionContract,
+    ManifestStoreContract,
     PolicyContract,
     backend_state_machine,
 )
@@ -104,3 +106,8 @@ def test_file_reads_a_known_block_size_in_one_preadv(tmp_path: Path, monkeypatch
     assert b.read(short, dest)[0].tag == "a" and bytes(dest) == data
     assert len(fstats) == 1, "a header of another length must fall back to fstat + header read"
     assert b.read(short, dest)[0].tag == "a" and len(fstats) == 1  # remembered from that read
+
+
+class TestSqliteManifest(ManifestStoreContract):
+    def make_store(self, tmp_path: Path, tier: str) -> Manifest:
+        return Manifest(sqlite_url(tmp_path / "manifest.sqlite"), tier)

@@ -13,6 +13,7 @@ from lifeboatcache_core.testing.contracts import (
     BackendContract,
     CodecContract,
     CorruptionContract,
+    ManifestStoreContract,
     PolicyContract,
     random_kv,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "BackendContract",
     "CodecContract",
     "CorruptionContract",
+    "ManifestStoreContract",
     "PolicyContract",
     "backend_state_machine",
     "random_kv",

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lifeboatcache_core.abc import Backend, Codec, EvictionPolicy, KVLayout
+from lifeboatcache_core.abc import Backend, Codec, EvictionPolicy, KVLayout, ManifestStore
 from lifeboatcache_core.chunkfile import BlockMeta
 from lifeboatcache_core.errors import CorruptBlockError
 from lifeboatcache_core.keys import BlockKey
@@ -283,6 +283,73 @@ class CorruptionContract:
                 b.read(k1)
         finally:
             b.close()
+
+
+# ============================================================================ manifest stores
+
+
+class ManifestStoreContract:
+    """Behaviour every ManifestStore must have. Implement ``make_store(tmp_path, tier)``.
+
+    Called twice with one ``tmp_path`` for two tiers of one database (tier names unique per
+    test, so a shared database may serve every test); rows are written with ``flush`` before
+    they are read back, so a queued store passes as well as a synchronous one.
+    """
+
+    def make_store(self, tmp_path: Path, tier: str) -> ManifestStore:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[ManifestStore]:
+        s = self.make_store(tmp_path, f"contract-{tmp_path.name}"[:100])
+        yield s
+        s.close()
+
+    @staticmethod
+    def _rows(store: ManifestStore) -> list[tuple[BlockKey, int]]:
+        assert store.flush()
+        return [(BlockKey(ns, bytes(digest)), stored) for ns, digest, stored in store.load()]
+
+    def test_a_committed_row_is_loaded_and_looked_up(self, store: ManifestStore) -> None:
+        assert store.commit_put(key(1), 100, 150, "none@1", "tag") == []
+        assert self._rows(store) == [(key(1), 150)]
+        assert store.lookup(key(1)) == 150 and store.lookup(key(2)) is None
+
+    def test_a_deleted_row_is_gone(self, store: ManifestStore) -> None:
+        for i in (1, 2):
+            store.commit_put(key(i), 100, 100, "none@1", None)
+        store.record_delete(key(1))
+        assert self._rows(store) == [(key(2), 100)]
+        assert store.lookup(key(1)) is None
+
+    def test_rows_load_least_recently_used_first(self, store: ManifestStore) -> None:
+        for i in range(3):
+            store.commit_put(key(i), 10, 10, "none@1", None)
+            time.sleep(0.002)
+        assert store.flush()
+        store.record_access(key(0))
+        assert [k for k, _ in self._rows(store)] == [key(1), key(2), key(0)]
+
+    def test_each_tier_sees_only_its_own_rows(self, store: ManifestStore, tmp_path: Path) -> None:
+        other = self.make_store(tmp_path, f"{store.tier}-other")
+        try:
+            store.commit_put(key(1), 10, 10, "none@1", None)
+            other.commit_put(key(2), 10, 10, "none@1", None)
+            assert self._rows(store) == [(key(1), 10)] and self._rows(other) == [(key(2), 10)]
+        finally:
+            other.close()
+
+    def test_capacity_is_enforced_by_a_shared_store_only(self, store: ManifestStore) -> None:
+        """A shared store evicts its least recently used rows to fit and returns them; a local one keeps all."""
+        victims = []
+        for i in range(5):
+            victims += store.commit_put(key(i), 100, 100, "none@1", None, capacity=300)
+            time.sleep(0.002)
+        if store.shared:
+            assert victims == [key(0), key(1)]
+            assert [k for k, _ in self._rows(store)] == [key(2), key(3), key(4)]
+        else:
+            assert victims == [] and len(self._rows(store)) == 5
 
 
 # ============================================================================ codecs

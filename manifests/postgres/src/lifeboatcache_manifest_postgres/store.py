@@ -174,13 +174,20 @@ class PostgresManifest(ManifestStore):
                     break
         return victims
 
-    def close(self) -> None:
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Write the queued deletions and accesses now; False when the database refused them."""
         try:
             with self.engine.begin() as conn:
                 self._lock(conn)
                 self._flush(conn)
-        except SQLAlchemyError:
-            pass
+        except SQLAlchemyError as exc:
+            self.write_errors += 1
+            log.debug("tier %s: fleet manifest flush failed: %s", self.tier, first_line(exc))
+            return False
+        return True
+
+    def close(self) -> None:
+        self.flush()
         self.engine.dispose()
 
 
