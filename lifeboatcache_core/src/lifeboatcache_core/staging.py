@@ -17,9 +17,9 @@ Rules it keeps:
   (``_evictable``). A staged copy is taken back only while a lower tier still holds the block.
 - **Never in the engine's way.** Sessions are learned in ``observe_put`` / ``observe_get``,
   which do dictionary work under a lock that is never held across I/O or a tier's lock. All
-  reads and writes run on the tiers' own I/O pools, at most ``max_inflight`` blocks at a time
-  and ``rate_bytes_s`` on average, so the engine's loads always find a free thread when a tier
-  has ``io_threads`` > ``max_inflight``.
+  reads and writes run on the tiers' own I/O pools, on at most ``thread_share`` of a source
+  tier's ``io_threads`` (at least one) and at ``rate_bytes_s`` on average, so the engine's loads
+  from a tier with two or more I/O threads always find a free one.
 - **Per tier switch.** Only up tiers with ``stage = true`` receive staged blocks; with none the
   stager's thread sleeps until woken.
 
@@ -128,15 +128,17 @@ class Stager:
     """
 
     def __init__(self, tiers: Callable[[], Sequence[StagingTier]], count: Callable[..., None], *,
-                 rate_bytes_s: float = 200e6, max_inflight: int = 2, lead_s: float = 1.0,
+                 rate_bytes_s: float = 200e6, thread_share: float = 0.5, lead_s: float = 0.5,
                  grace_s: float = 10.0, poll_s: float = 0.25, max_sessions: int = 100_000) -> None:
         self._tiers = tiers
         self._count = count
         #: average bytes per second the stager reads from lower tiers (its share of their bandwidth)
         self.rate_bytes_s = rate_bytes_s
-        #: blocks being staged at once, over all tiers (each holds one I/O thread of a tier)
-        self.max_inflight = max_inflight
-        #: start staging at least this long before the expected return (more for a larger session)
+        #: share of a source tier's I/O threads staging may hold at once (at least one): a remote
+        #: store with a high latency and many threads stages that many blocks in parallel
+        self.thread_share = thread_share
+        #: start staging at least this long before the expected return (more for a larger session,
+        #: or one whose blocks sit in a slow tier)
         self.lead_s = lead_s
         #: staged blocks not used by ``eta + grace_s`` are taken back and counted as waste
         self.grace_s = grace_s
@@ -150,6 +152,10 @@ class Stager:
         self._staged: dict[BlockKey, _Staged] = {}
         self._queued: set[BlockKey] = set()
         self._inflight = 0
+        self._reading: dict[str, int] = {}  # source tier -> blocks being staged from it
+        #: source tier -> recent seconds per staged block over its staging threads (EWMA): the lead a
+        #: session needs is its block count times this, so a slow remote store starts earlier
+        self._block_s: dict[str, float] = {}
         self._budget = 0.0
         self._budget_at = time.monotonic()
         self._estimated_at = float("-inf")
@@ -310,12 +316,13 @@ class Stager:
         due = False
         while True:
             with self._lock:
-                if self._inflight >= self.max_inflight:
-                    return False, wait
                 item = self._next_block(tiers, now)
                 if item is None:
                     break
                 tag, key, block, source, targets, plan = item
+                if self._reading.get(source.name, 0) >= max(1, int(source.cfg.io_threads * self.thread_share)):
+                    plan.cursor -= 1  # its tier's staging threads are busy: a finished block wakes us
+                    break
                 short = self._spend(block.nbytes)
                 if short > 0:
                     plan.cursor -= 1  # not now: the rate limit; look at this block again
@@ -323,6 +330,7 @@ class Stager:
                     wait = min(wait, short)
                     break
                 self._inflight += 1
+                self._reading[source.name] = self._reading.get(source.name, 0) + 1
                 plan.inflight += 1
                 self._queued.add(key)
             self._submit(tag, key, block, source, targets, plan)
@@ -348,7 +356,8 @@ class Stager:
                 continue
             pending = plan.order[plan.cursor:]
             need = sum(session.blocks[k].nbytes for k in pending if k in session.blocks)
-            if now < plan.eta - max(self.lead_s, 2.0 * need / self.rate_bytes_s):
+            block_s = max(self._block_s.values(), default=0.0)  # the slowest source seen, per block
+            if now < plan.eta - max(self.lead_s, 2.0 * need / self.rate_bytes_s, 2.0 * len(pending) * block_s):
                 continue
             while plan.cursor < len(plan.order):
                 key = plan.order[plan.cursor]
@@ -376,14 +385,16 @@ class Stager:
                 finally:
                     remaining[0] -= 1
                     if not remaining[0]:
-                        self._finished(key, plan)
+                        self._finished(key, plan, source, submitted)
             for target in targets:
                 try:
                     target.write_pool.submit(store, target)
                 except RuntimeError:  # closing
                     remaining[0] -= 1
                     if not remaining[0]:
-                        self._finished(key, plan)
+                        self._finished(key, plan, source, submitted)
+
+        submitted = time.monotonic()
 
         def read() -> None:
             data = bytearray(block.nbytes)
@@ -395,15 +406,19 @@ class Stager:
             if found:
                 stores(data)
             else:
-                self._finished(key, plan)
+                self._finished(key, plan, source, submitted)
         try:
             source.read_pool.submit(read)
         except RuntimeError:
-            self._finished(key, plan)
+            self._finished(key, plan, source, submitted)
 
-    def _finished(self, key: BlockKey, plan: _Plan) -> None:
+    def _finished(self, key: BlockKey, plan: _Plan, source: StagingTier, submitted: float) -> None:
+        seconds = (time.monotonic() - submitted) / max(1, int(source.cfg.io_threads * self.thread_share))
         with self._lock:
             self._inflight -= 1
+            self._reading[source.name] -= 1
+            old = self._block_s.get(source.name)
+            self._block_s[source.name] = seconds if old is None else 0.8 * old + 0.2 * seconds
             plan.inflight -= 1
             self._queued.discard(key)
         self._wake.set()
