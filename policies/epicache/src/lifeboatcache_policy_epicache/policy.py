@@ -140,6 +140,20 @@ class EpiCachePolicy(EvictionPolicy):
             heapq.heappop(heap)
         raise AssertionError("an episode with blocks has an empty heap")  # pragma: no cover
 
+    def expected_return(self, tag: str) -> float | None:
+        """When session ``tag`` (its blocks' ``BlockHint.tag``) is expected back: its last visit plus its
+        learnt gap, on the policy's clock; None for a session it does not hold or an operations clock.
+
+        Predictive staging (``lifeboatcache_core.staging.ReturnEstimator``) stages the session's
+        blocks into the fastest tier ahead of this time.
+        """
+        if self.clock is None:
+            return None
+        episode = self._episodes.get(("tag", tag))
+        if episode is None:
+            return None
+        return episode.last + 2.0 ** episode.log_gap
+
     def __len__(self) -> int:
         return len(self._blocks)
 
