@@ -55,9 +55,10 @@ def counters(cache: TieredCache) -> dict[str, int]:
 def stack(tmp_path: Path) -> Iterator[Callable[..., TieredCache]]:
     opened: list[TieredCache] = []
 
-    def make(dram_blocks: int = 64, write: str = "through", dram: dict[str, Any] | None = None) -> TieredCache:
+    def make(dram_blocks: int = 64, write: str = "through", dram: dict[str, Any] | None = None,
+             nvme: dict[str, Any] | None = None) -> TieredCache:
         cache = open_cache(tmp_path, dram_tier(dram_blocks, **(dram or {})),
-                           file_tier(tmp_path / "nvme", write=write))
+                           file_tier(tmp_path / "nvme", write=write, **(nvme or {})))
         opened.append(cache)
         return cache
     yield make
@@ -87,7 +88,7 @@ def test_a_hinted_session_is_staged_into_the_top_tier(stack: Callable[..., Tiere
 
 
 def test_a_tier_without_stage_true_receives_nothing(stack: Callable[..., TieredCache]) -> None:
-    cache = stack(dram={"stage": False})
+    cache = stack(dram={"stage": False}, nvme={"stage": True})  # staging is on, but not into DRAM
     a, _ = session(cache, "a", 4, start=0)
     cache.all_tiers[0].discard(a)
     cache.stage("a", 0.0)
