@@ -6,7 +6,7 @@
   ``LifeboatOffloadingSpec`` with no tier below it (only our CPU-platform worker).
 - ``vllm-fs``: vLLM's CPU tier plus vLLM's own ``fs`` secondary tier (raw files).
 - ``lifeboatcache``: vLLM's CPU tier plus lifeboatcache as ``LIFEBOAT_CACHE=1`` sets it up (one
-  file tier: hash-checked blocks, the lossless codec).
+  file tier: hash-checked blocks, the lossless codec once it is half full).
 - ``lifeboatcache:PATH.toml``: vLLM's CPU tier plus the lifeboatcache stack of a config file
   (its tiers, codecs, policies), labelled ``lifeboatcache:<file stem>``; see
   :func:`cell_lifeboat_config` for what the grid changes in it so that every cell starts empty.
@@ -122,10 +122,10 @@ def as_config(config: str | GridConfig) -> GridConfig:
 
 def _default_stack(capacity_gb: float) -> dict[str, Any]:
     """The ``lifeboatcache`` column: what ``LIFEBOAT_CACHE=1`` gives a user, one file tier with its codec."""
-    from lifeboatcache_vllm.settings import DEFAULT_TIER_CODEC
+    from lifeboatcache_vllm.settings import DEFAULT_CODEC_FROM_FILL, DEFAULT_TIER_CODEC
 
     return {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": capacity_gb, "path": "lifeboat",
-                       "codec": DEFAULT_TIER_CODEC}]}
+                       "codec": DEFAULT_TIER_CODEC, "codec_from_fill": DEFAULT_CODEC_FROM_FILL}]}
 
 
 def _inside(tier_dir: Path, path: str, where: str) -> str:

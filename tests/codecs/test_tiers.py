@@ -113,3 +113,25 @@ def test_vllm_native_rows_are_compressed(tmp_path: Path, codec: str, max_share: 
         for d, o in zip(data, out, strict=True):
             err = np.linalg.norm(as_float(o) - as_float(d)) / np.linalg.norm(as_float(d))
             assert err == 0 if codec == "lossless" else 0 < err < 0.15
+
+
+def test_a_tier_stores_raw_until_it_fills_then_encodes(tmp_path: Path) -> None:
+    """codec_from_fill: compression costs every store and load; it is paid only once capacity binds."""
+    data = blocks(8)
+    raw_size = data[0].nbytes
+    tier_config = {"name": "nvme", "backend": "file", "capacity_gb": 6.5 * raw_size / 1024**3,
+                   "path": str(tmp_path / "tier"), "codec": "lossless", "codec_from_fill": 0.5}
+    config = {"tiers": [tier_config], "fallback_local": {"path": str(tmp_path / "fallback"), "capacity_gb": 1}}
+    with TieredCache(load_config_dict(config), background_index=False) as cache:
+        for key, block in zip(keys(8), data, strict=True):
+            assert cache.put([key], [block], layout=LAYOUT) == [True]
+        tier = cache.tiers[0]
+        codecs = [tier.backend.read_header(k)[0].codec for k in keys(8) if k in tier.index]
+        raw = codecs.count("none@1")
+        assert 3 <= raw <= 4 and codecs[:raw] == ["none@1"] * raw  # under half of 6.5 blocks: raw
+        assert codecs[raw:] and set(codecs[raw:]) == {"lossless@1"}  # then encoded
+        out = [np.empty_like(b) for b in data]
+        got = cache.get(keys(8), out)
+        for ok, block, back in zip(got, data, out, strict=True):
+            assert not ok or np.array_equal(block, back)
+        assert sum(got) >= 6

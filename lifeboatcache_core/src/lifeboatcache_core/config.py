@@ -67,6 +67,10 @@ class TierConfig(BaseModel):
     capacity_gb: float = Field(gt=0)
     codec: str = "none"
     codec_options: dict[str, Any] = Field(default_factory=dict)
+    #: store blocks raw while the tier is filled less than this share of its room (capacity, or
+    #: what the filesystem has); 0 encodes every block. A codec costs CPU on every store and load
+    #: and pays only once capacity binds.
+    codec_from_fill: float = Field(default=0.0, ge=0.0, le=1.0)
     policy: str = "lru"
     policy_options: dict[str, Any] = Field(default_factory=dict)
     write: Literal["through", "back"] = "through"

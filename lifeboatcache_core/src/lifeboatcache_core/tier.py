@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from lifeboatcache_core.config import TierConfig
     from lifeboatcache_core.registry import PluginRegistry
 
+#: the tag of the identity codec: blocks stored raw below ``codec_from_fill``
+RAW_CODEC = "none@1"
 log = logging.getLogger("lifeboatcache")
 
 #: bytes a stored block may take beyond its payload (header + meta + trailer, O_DIRECT padded)
@@ -398,7 +400,7 @@ class Tier:
                 with self.lock:
                     self.policy.touch(key)
                 return True
-        codec = self.codec  # one codec for encode and meta, even if replace_codec runs meanwhile
+        codec = self._codec_now(backend)  # one codec for encode and meta, even if replace_codec runs meanwhile
         try:
             pieces, params = codec.encode(raw, layout)
         except Exception as exc:
@@ -650,6 +652,26 @@ class Tier:
             self.backend.quarantine(key, f"tampered: {reason}")
         except OSError:
             pass
+
+    def _codec_now(self, backend: Backend) -> Codec:
+        """The tier's codec, or none while the tier is filled less than ``codec_from_fill``.
+
+        Compression costs the engine's cores time on every store and load; it pays only once
+        capacity binds (more sessions fit). Below the threshold blocks are stored raw, above it
+        encoded; every block names its codec, so a tier holds both and reads either.
+        """
+        threshold = self.cfg.codec_from_fill
+        if threshold <= 0 or self._identity:
+            return self.codec
+        try:
+            fs_free = backend.free_bytes()
+        except OSError:
+            fs_free = None
+        held = self.used + self.reserved
+        room = self.capacity if fs_free is None else min(self.capacity, held + max(fs_free, 0))
+        if room > 0 and held < threshold * room:
+            return self._codec_for(RAW_CODEC)
+        return self.codec
 
     def _codec_for(self, tag: str) -> Codec:
         codec = self._codecs.get(tag)

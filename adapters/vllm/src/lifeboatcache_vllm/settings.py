@@ -57,15 +57,18 @@ def enabled_by_env() -> bool:
 #: disk hold 1.47x as much bf16 KV (1.28x for dtypes it sees as bytes) for about 1.5 % of two
 #: cores' time (encode 0.7 GB/s, decode 1.8 GB/s per core, GIL released in zstd and numpy).
 DEFAULT_TIER_CODEC = "lossless"
+#: ... encoding only once the tier is half full: until then the codec's CPU buys nothing (an
+#: unbounded disk never fills) and costs the engine's cores on every store and load.
+DEFAULT_CODEC_FROM_FILL = 0.5
 
 
 def default_vllm_config() -> LifeboatConfig:
-    """No config given: one file tier under the user cache dir, with the lossless codec.
+    """No config given: one file tier under the user cache dir, lossless once it is half full.
 
     vLLM's own CPU tier already is the DRAM tier, so the core's default DRAM tier is left out.
     """
     tier = TierConfig(name="nvme", backend="file", capacity_gb=50, path=str(default_cache_dir() / "vllm"),
-                      codec=DEFAULT_TIER_CODEC)
+                      codec=DEFAULT_TIER_CODEC, codec_from_fill=DEFAULT_CODEC_FROM_FILL)
     return LifeboatConfig(tiers=[tier])
 
 
