@@ -6,7 +6,7 @@
   ``LifeboatOffloadingSpec`` with no tier below it (only our CPU-platform worker).
 - ``vllm-fs``: vLLM's CPU tier plus vLLM's own ``fs`` secondary tier (raw files).
 - ``lifeboatcache``: vLLM's CPU tier plus lifeboatcache as ``LIFEBOAT_CACHE=1`` sets it up (one
-  file tier: hash-checked blocks, the lossless codec once it is half full).
+  file tier: hash-checked blocks, the lossless codec).
 - ``lifeboatcache:PATH.toml``: vLLM's CPU tier plus the lifeboatcache stack of a config file
   (its tiers, codecs, policies), labelled ``lifeboatcache:<file stem>``; see
   :func:`cell_lifeboat_config` for what the grid changes in it so that every cell starts empty.

@@ -57,13 +57,15 @@ def enabled_by_env() -> bool:
 #: disk hold 1.47x as much bf16 KV (1.28x for dtypes it sees as bytes) for about 1.5 % of two
 #: cores' time (encode 0.7 GB/s, decode 1.8 GB/s per core, GIL released in zstd and numpy).
 DEFAULT_TIER_CODEC = "lossless"
-#: ... encoding only once the tier is half full: until then the codec's CPU buys nothing (an
-#: unbounded disk never fills) and costs the engine's cores on every store and load.
-DEFAULT_CODEC_FROM_FILL = 0.5
+#: ... on every block (``codec_from_fill`` 0). Measured (bench/results, grid-2026-12-01-r2): from
+#: half full (0.5) the raw blocks stored first are the sessions' heads, which keep_prefixes then
+#: protects, so the disk never fills with compressed blocks and the bounded-disk gain is lost
+#: (78.0 % vs 80.2 % from cache); always on costs 3 % TTFT (median) on a disk that never fills.
+DEFAULT_CODEC_FROM_FILL = 0.0
 
 
 def default_vllm_config() -> LifeboatConfig:
-    """No config given: one file tier under the user cache dir, lossless once it is half full.
+    """No config given: one file tier under the user cache dir, with the lossless codec.
 
     vLLM's own CPU tier already is the DRAM tier, so the core's default DRAM tier is left out.
     """
