@@ -211,11 +211,15 @@ def create_app(cache: TieredCache, *, token: str, history: History | None = None
         config, errors = await run_in_threadpool(parse_config, data, cache.config)
         return JSONResponse({"ok": config is not None, "errors": errors}, status_code=200 if config else 422)
 
-    async def post_config(request: Request) -> Response:
+    async def guarded_body(request: Request) -> tuple[Any, Response | None]:
+        """The JSON body of a request that changes the node (token checked), or the refusal to send."""
         refused = authorized(request)
         if refused is not None:
-            return refused
-        data, problem = await _json_body(request)
+            return None, refused
+        return await _json_body(request)
+
+    async def post_config(request: Request) -> Response:
+        data, problem = await guarded_body(request)
         if problem is not None:
             return problem
         config, errors = await run_in_threadpool(parse_config, data, cache.config)
@@ -232,10 +236,7 @@ def create_app(cache: TieredCache, *, token: str, history: History | None = None
                              "config": redacted_config(cache.config)})
 
     async def hint(request: Request, *, eta: bool) -> Response:
-        refused = authorized(request)
-        if refused is not None:
-            return refused
-        data, problem = await _json_body(request)
+        data, problem = await guarded_body(request)
         if problem is not None:
             return problem
         session, eta_s, errors = parse_hint(data, eta=eta)
