@@ -57,11 +57,11 @@ def enabled_by_env() -> bool:
 #: disk hold 1.47x as much bf16 KV (1.28x for dtypes it sees as bytes) for about 1.5 % of two
 #: cores' time (encode 0.7 GB/s, decode 1.8 GB/s per core, GIL released in zstd and numpy).
 DEFAULT_TIER_CODEC = "lossless"
-#: ... on every block (``codec_from_fill`` 0). Measured (bench/results, grid-2026-12-01-r2): from
-#: half full (0.5) the raw blocks stored first are the sessions' heads, which keep_prefixes then
-#: protects, so the disk never fills with compressed blocks and the bounded-disk gain is lost
-#: (78.0 % vs 80.2 % from cache); always on costs 3 % TTFT (median) on a disk that never fills.
-DEFAULT_CODEC_FROM_FILL = 0.0
+#: It encodes every block (``codec_from_fill`` left at 0). Measured (bench/results,
+#: grid-2026-12-01-r2): from half full (0.5) the raw blocks stored first are the sessions' heads,
+#: which keep_prefixes then protects, so the disk never fills with compressed blocks and the
+#: bounded-disk gain is lost (78.0 % vs 80.2 % from cache); always on costs 3 % TTFT (median) on
+#: a disk that never fills.
 
 
 def default_vllm_config() -> LifeboatConfig:
@@ -70,7 +70,7 @@ def default_vllm_config() -> LifeboatConfig:
     vLLM's own CPU tier already is the DRAM tier, so the core's default DRAM tier is left out.
     """
     tier = TierConfig(name="nvme", backend="file", capacity_gb=50, path=str(default_cache_dir() / "vllm"),
-                      codec=DEFAULT_TIER_CODEC, codec_from_fill=DEFAULT_CODEC_FROM_FILL)
+                      codec=DEFAULT_TIER_CODEC)
     return LifeboatConfig(tiers=[tier])
 
 
