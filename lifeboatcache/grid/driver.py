@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from rich.console import Console
 from lifeboatcache.grid.configs import EngineSettings, GridConfig, as_config, server_spec
 from lifeboatcache.grid.disk import cell_disk, disk_usage, unmount
 from lifeboatcache.grid.server import ServerFailed, VllmServer, free_port
-from lifeboatcache.grid.tiers import merge_lifeboat, scrape_lifeboat, tier_outcome
+from lifeboatcache.grid.tiers import merge_lifeboat, metrics_text, scrape_lifeboat, tier_outcome
 from lifeboatcache.replay.client import Endpoint
 from lifeboatcache.replay.console import replay_with_progress
 from lifeboatcache.replay.report import json_safe, round_summary, summarize
@@ -122,11 +121,9 @@ def save_engine_metrics(base_url: str, path: Path, timeout_s: float = 10.0) -> N
     allocation failures, skipped stores, lookup delays) is what explains a difference between
     two columns. A server that does not answer leaves no file.
     """
-    try:
-        with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout_s) as response:
-            path.write_bytes(response.read())
-    except OSError:
-        pass
+    text = metrics_text(base_url, timeout_s)
+    if text is not None:
+        path.write_text(text)
 
 
 def run_cell(plan: GridPlan, config: str | GridConfig, dram_gb: float | None, agents: int,

@@ -48,13 +48,19 @@ def parse_lifeboat_metrics(text: str) -> dict:
     return out
 
 
-def scrape_lifeboat(port: int, timeout_s: float = 10.0) -> dict | None:
-    """Our tier's counters from the dashboard on ``port``; None when it does not answer."""
+def metrics_text(base_url: str, timeout_s: float = 10.0) -> str | None:
+    """The Prometheus text a server serves at ``/metrics``; None when it does not answer."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as response:
-            return parse_lifeboat_metrics(response.read().decode(errors="replace"))
+        with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout_s) as response:
+            return response.read().decode(errors="replace")
     except (urllib.error.URLError, OSError):
         return None
+
+
+def scrape_lifeboat(port: int, timeout_s: float = 10.0) -> dict | None:
+    """Our tier's counters from the dashboard on ``port``; None when it does not answer."""
+    text = metrics_text(f"http://127.0.0.1:{port}", timeout_s)
+    return None if text is None else parse_lifeboat_metrics(text)
 
 
 def merge_lifeboat(parts: Sequence[dict | None]) -> dict | None:
