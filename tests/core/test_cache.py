@@ -287,3 +287,36 @@ def test_a_full_tier_keeps_prefix_heads_and_declines_deeper_blocks(tmp_path: Pat
         time.sleep(0.6)  # the victim has been idle long enough: its session may have ended
         assert cache.put(keys(1, start=12), blobs(1, 4096), hints=at(1)) == [True]
         assert cache.put(keys(1, start=13), blobs(1, 4096)) == [True]  # no depth: admitted as before
+
+
+def test_a_block_the_policy_does_not_admit_is_not_stored_and_evicts_nothing(tmp_path: Path) -> None:
+    """EvictionPolicy.admit: the tier asks before storing a new key; False bypasses the store."""
+    from lifeboatcache_core.abc import BlockHint
+    from lifeboatcache_core.builtin.lru import LRUPolicy
+
+    class RefusesTagged(LRUPolicy):
+        asked: list[tuple[BlockKey, int, str | None]] = []
+
+        def admit(self, key: BlockKey, size: int, hint: BlockHint | None = None) -> bool:
+            self.asked.append((key, size, hint.tag if hint else None))
+            return hint is None or hint.tag != "bypass"
+
+    with open_cache(tmp_path, file_tier(tmp_path / "t", io_threads=1)) as cache:
+        tier = cache.tiers[0]
+        policy = RefusesTagged()
+        with tier.lock:
+            tier.policy = policy
+        ks = keys(3)
+        assert cache.put(ks[:2], blobs(2, 4096)) == [True, True]
+        from lifeboatcache_core.tier import BLOCK_OVERHEAD
+
+        tier.resize(tier.used // 2 + 4096 + BLOCK_OVERHEAD + 64)  # full: a third block evicts exactly one
+        assert cache.put([ks[2]], blobs(1, 4096), hints=[BlockHint(tag="bypass")]) == [False]
+        assert ks[2] not in tier.index and ks[2] not in policy
+        assert all(k in tier.index for k in ks[:2]) and tier.stats.evictions == 0
+        assert tier.stats.bypassed == 1 and tier.stats.puts == 2
+        assert [(k, n) for k, n, _ in policy.asked] == [(ks[0], 4096), (ks[1], 4096), (ks[2], 4096)]
+        assert cache.put(ks[:1], blobs(1, 4096), hints=[BlockHint(tag="bypass")]) == [True]  # held: a touch
+        assert len(policy.asked) == 3
+        assert cache.put([ks[2]], blobs(1, 4096)) == [True]  # admitted: evicts as before
+        assert ks[2] in tier.index and tier.stats.evictions == 1

@@ -337,6 +337,18 @@ class EvictionPolicy(ABC):
         self.config = config if config is not None else self.config_model()
         self.seed = seed
 
+    def admit(self, key: BlockKey, size: int, hint: BlockHint | None = None) -> bool:
+        """Whether a block the tier does not hold should be stored at all (default: always).
+
+        Asked under the tier's lock before every store of a new key (not for a key already
+        held, which is a ``touch``), before any victim is chosen for it. False bypasses the
+        store: nothing is evicted for it and ``insert`` is not called, as in Bélády's MIN with
+        bypass, where a block needed later than everything it would displace is not cached.
+        ``size`` is the raw size (before the codec). A policy that bypasses should do so only
+        when it has seen the tier full (``victim`` asked), since free room costs nothing.
+        """
+        return True
+
     @abstractmethod
     def insert(self, key: BlockKey, size: int, hint: BlockHint | None = None) -> None:
         """A block was stored (or re-stored)."""

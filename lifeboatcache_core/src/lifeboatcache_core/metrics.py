@@ -44,6 +44,7 @@ class TierStats:
     promotions: int = 0
     raw_bytes_written: int = 0
     declined: int = 0
+    bypassed: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -63,6 +64,7 @@ COUNTERS = {
     "promotions": "Blocks copied up into this tier after a lower-tier hit",
     "raw_bytes_written": "Raw (engine) bytes of the blocks stored in this tier, before the codec",
     "declined": "Blocks a full tier declined rather than evict a shallower prefix block (keep_prefixes)",
+    "bypassed": "New blocks not stored because the eviction policy's admit() refused them",
 }
 
 #: per-tier gauges: name -> help

@@ -400,6 +400,10 @@ class Tier:
                 with self.lock:
                     self.policy.touch(key)
                 return True
+        with self.lock:
+            if not self.policy.admit(key, raw.nbytes, hint):  # bypass: store nothing, evict nothing
+                self.stats.bypassed += 1
+                return False
         codec = self._codec_now(backend)  # one codec for encode and meta, even if replace_codec runs meanwhile
         try:
             pieces, params = codec.encode(raw, layout)
