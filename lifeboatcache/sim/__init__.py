@@ -4,5 +4,6 @@
 ``engine``    the engine's own GPU prefix cache (LRU of G blocks), computed once per workload
 ``replay``    one eviction policy (any registered ``EvictionPolicy``) on a tier of C blocks
 ``belady``    Bélády's offline optimum on the same tier: the upper bound
+``audit``     the check that a policy's decisions use only the past (no future leak)
 ``sweep``     policies x capacities → result rows for ``bench traces`` and ``advise``
 """

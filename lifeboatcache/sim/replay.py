@@ -1,10 +1,20 @@
 """Replay a workload through the GPU prefix cache and one tier run by an ``EvictionPolicy``.
 
-The tier is driven exactly as ``lifeboatcache_core.tier.Tier`` drives its policy: a lookup
-reads the leading run of the prompt's blocks that the tier holds (``touch`` each), the engine
-recomputes the rest and stores them (``insert`` with a ``BlockHint`` of parent and depth), and
-a store into a full tier first evicts ``victim(incoming)`` and calls ``remove``. Blocks the GPU
-cache served never reach the tier, as with vLLM's offloading connector.
+The tier is driven exactly as ``lifeboatcache_core.tier.Tier`` drives its policy (one policy
+implementation, the same calls in the same order; ``tests/sim/test_tier_parity.py`` runs a real
+``Tier`` beside it and compares the calls): a lookup reads the leading run of the prompt's
+blocks that the tier holds (``Tier.fetch``: ``touch`` each), the engine recomputes the rest and
+stores them in prompt order (``Tier.store``): a block the tier already holds is only
+``touch``-ed; a new one is first offered to ``admit`` (refused: not stored, nothing evicted),
+then a full tier evicts ``victim(incoming)`` and calls ``remove`` until it fits, and the block is
+``insert``-ed with a ``BlockHint`` of session, parent and depth (a tier whose policy offers no
+victim does not store it). Blocks the GPU cache served never reach the tier, as with vLLM's
+offloading connector.
+
+A policy sees only the past: its calls carry the current request's blocks, and a policy with a
+``clock`` attribute reads the current request's time through it
+(``tests/sim/test_only_the_past.py`` checks that decisions up to any request do not depend on
+the requests after it, and that a planted policy reading the future is caught).
 """
 
 from __future__ import annotations
@@ -64,12 +74,14 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
     """Run the tier; return each request's tier hit (leading run of blocks after the GPU hit).
 
     With ``session_tags`` each stored block's hint names its session (as an adapter that knows
-    the conversation does); without, policies see only the prefix chain (parent, depth).
+    the conversation does); without, policies see only the prefix chain (parent, depth). Every
+    block counts as one unit of ``capacity_blocks`` and as size 1 in the policy calls.
     """
     if capacity_blocks < 1:
         raise ValueError(f"capacity_blocks must be >= 1, got {capacity_blocks}")
     present: set[int] = set()
-    insert, touch, remove, victim = policy.insert, policy.touch, policy.remove, policy.victim
+    admit, insert, touch = policy.admit, policy.insert, policy.touch
+    remove, victim = policy.remove, policy.victim
     add, discard = present.add, present.discard
     tier_hits: list[int] = []
     tags = workload.streams if session_tags else [None] * len(workload.blocks)
@@ -80,22 +92,27 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
         now[0] = t
         end = len(blocks)
         pos = g
-        while pos < end and blocks[pos] in present:
+        while pos < end and blocks[pos] in present:  # Tier.fetch of the leading run
             touch(blocks[pos])  # type: ignore[arg-type]
             pos += 1
         tier_hits.append(pos - g)
         parent = blocks[pos - 1] if pos else None
-        for depth in range(pos, end):
+        for depth in range(pos, end):  # Tier.store of each recomputed block, in prompt order
             block = blocks[depth]
-            if block not in present:
-                while len(present) >= capacity_blocks:
-                    evicted = victim(block)  # type: ignore[arg-type]
-                    if evicted is None:
-                        raise RuntimeError(f"{policy.name}: victim() gave None with {len(present)} blocks stored")
-                    remove(evicted)
-                    discard(evicted)  # type: ignore[arg-type]
-                add(block)
-            insert(block, 1, BlockHint(tag, parent, depth))  # type: ignore[arg-type]
+            if block in present:  # content-addressed: already held, only touched
+                touch(block)  # type: ignore[arg-type]
+            else:
+                hint = BlockHint(tag, parent, depth)  # type: ignore[arg-type]
+                if admit(block, 1, hint):  # type: ignore[arg-type]
+                    while len(present) >= capacity_blocks:  # Tier._reserve
+                        evicted = victim(block)  # type: ignore[arg-type]
+                        if evicted is None:
+                            break
+                        remove(evicted)
+                        discard(evicted)  # type: ignore[arg-type]
+                    if len(present) < capacity_blocks:
+                        add(block)
+                        insert(block, 1, hint)  # type: ignore[arg-type]
             parent = block
     return tier_hits
 

@@ -1,0 +1,137 @@
+"""The simulator drives a policy exactly as a real ``Tier`` does: same calls, same order.
+
+One workload is replayed twice with the same recording policy: through ``sim.replay`` and
+through a real ``TieredCache`` (one DRAM tier sized to hold exactly C blocks), where each
+request looks up its leading run (``presence``), reads it (``get``: ``Tier.fetch``) and stores
+the rest (``put``: ``Tier.store``), as an engine's offloading connector does. The recorded
+policy calls (``admit``, ``insert``, ``touch``, ``victim``, ``remove`` with the block and its
+hint) must be identical, and so must the per-request tier hits. The tier runs with
+``keep_prefixes = false``: that guard is the tier's own veto on victims, which the simulator
+does not model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from pathlib import Path
+
+from lifeboatcache_core.abc import BlockHint
+from lifeboatcache_core.builtin.lru import LRUPolicy
+from lifeboatcache_core.cache import TieredCache
+from lifeboatcache_core.config import load_config_dict
+from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.tier import BLOCK_OVERHEAD
+
+from lifeboatcache.sim.engine import gpu_prefix_hits
+from lifeboatcache.sim.replay import replay_policy
+from lifeboatcache.sim.workload import Workload
+
+BLOCK = 512
+
+
+class Recording(LRUPolicy):
+    """LRU that logs every call, with keys mapped to the simulator's ints, and refuses some blocks."""
+
+    def __init__(self, to_int: dict[Hashable, int] | None = None) -> None:
+        super().__init__()
+        self.calls: list[tuple[object, ...]] = []
+        self._int = (lambda k: to_int[k]) if to_int is not None else (lambda k: k)
+
+    def _hint(self, hint: BlockHint | None) -> tuple[object, ...]:
+        if hint is None:
+            return (None,)
+        parent = None if hint.parent is None else self._int(hint.parent)
+        return (hint.tag, parent, hint.depth)
+
+    def admit(self, key, size, hint=None):  # type: ignore[no-untyped-def]
+        self.calls.append(("admit", self._int(key), *self._hint(hint)))
+        return hint is None or hint.depth is None or hint.depth % 7 != 6  # bypass every 7th depth
+
+    def insert(self, key, size, hint=None):  # type: ignore[no-untyped-def]
+        self.calls.append(("insert", self._int(key), *self._hint(hint)))
+        super().insert(key, size, hint)
+
+    def touch(self, key):  # type: ignore[no-untyped-def]
+        self.calls.append(("touch", self._int(key)))
+        super().touch(key)
+
+    def remove(self, key):  # type: ignore[no-untyped-def]
+        self.calls.append(("remove", self._int(key)))
+        super().remove(key)
+
+    def victim(self, incoming=None):  # type: ignore[no-untyped-def]
+        chosen = super().victim(incoming)
+        self.calls.append(("victim", self._int(incoming), None if chosen is None else self._int(chosen)))
+        return chosen
+
+
+def sessions_workload() -> Workload:
+    """Three sessions whose prompts grow turn by turn, interleaved, plus one-off prompts."""
+    prompts: list[list[int]] = []
+    streams: list[str] = []
+    grown = {0: [100, 101], 1: [200, 201, 202], 2: [300]}
+    for turn in range(8):
+        for s in (0, 1, 2):
+            grown[s] = grown[s] + [1000 * (s + 1) + 10 * turn + i for i in range(1 + (turn + s) % 3)]
+            prompts.append(list(grown[s]))
+            streams.append(f"s{s}")
+        prompts.append([9000 + 10 * turn + i for i in range(3)])
+        streams.append("once")
+    distinct = {b for p in prompts for b in p}
+    return Workload(blocks=prompts, input_tokens=[64 * len(p) for p in prompts], streams=streams,
+                    times=[5.0 * i for i in range(len(prompts))], block_tokens=64, working_set=len(distinct))
+
+
+def run_real_tier(tmp_path: Path, wl: Workload, gpu_hits: list[int], capacity_blocks: int) -> tuple[list[int], list]:
+    ids = sorted({b for p in wl.blocks for b in p})
+    key_of = {b: BlockKey("parity", b.to_bytes(8, "big") * 4) for b in ids}
+    int_of: dict[Hashable, int] = {k: b for b, k in key_of.items()}
+    config = load_config_dict({"tiers": [{"name": "ram", "backend": "dram", "capacity_gb": 1, "io_threads": 1,
+                                          "keep_prefixes": False}],
+                               "fallback_local": {"path": str(tmp_path / "fb"), "capacity_gb": 1}})
+    cache = TieredCache(config, background_index=False)
+    try:
+        tier = cache.tiers[0]
+        probe = BlockKey("parity", b"\xff" * 32)
+        assert cache.put([probe], [bytes(BLOCK)]) == [True]
+        stored = tier.used
+        with tier.lock:
+            tier._forget(probe)
+        # C blocks fit, a (C+1)-th needs a victim: reserving checks used + estimate <= capacity
+        tier.resize((capacity_blocks - 1) * stored + BLOCK + BLOCK_OVERHEAD)
+        policy = Recording(int_of)
+        with tier.lock:
+            tier.policy = policy
+        hits: list[int] = []
+        for blocks, g, tag in zip(wl.blocks, gpu_hits, wl.streams, strict=True):
+            tail = [key_of[b] for b in blocks[g:]]
+            run = 0
+            for known in cache.presence(tail):
+                if not known:
+                    break
+                run += 1
+            if run:
+                assert all(cache.get(tail[:run], [bytearray(BLOCK) for _ in range(run)]))
+            hits.append(run)
+            start = g + run
+            rest = blocks[start:]
+            hints = [BlockHint(tag, key_of[blocks[d - 1]] if d else None, d) for d in range(start, len(blocks))]
+            if rest:
+                cache.put([key_of[b] for b in rest], [bytes(BLOCK)] * len(rest), hints=hints)
+        return hits, policy.calls
+    finally:
+        cache.close()
+
+
+def test_the_simulator_calls_the_policy_exactly_as_a_tier_does(tmp_path: Path) -> None:
+    wl = sessions_workload()
+    gpu_hits = gpu_prefix_hits(wl, 4)
+    capacity = 30
+    sim_policy = Recording()
+    sim_hits = replay_policy(wl, gpu_hits, sim_policy, capacity)
+    tier_hits, tier_calls = run_real_tier(tmp_path, wl, gpu_hits, capacity)
+    kinds = {c[0] for c in sim_policy.calls}
+    assert kinds == {"admit", "insert", "touch", "victim", "remove"}  # every path was taken
+    assert any(c[0] == "touch" for c in sim_policy.calls[1:]) and sum(sim_hits) > 0
+    assert sim_policy.calls == tier_calls
+    assert sim_hits == tier_hits
