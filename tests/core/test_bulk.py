@@ -83,3 +83,34 @@ def test_a_failed_eviction_delete_counts_as_a_tier_error(tmp_path: Path, monkeyp
         errors = tier.stats.errors
         tier.resize(int(2.5 * max(tier.index.values())))
         assert tier.stats.errors == errors + 2 and len(tier.index) == 2
+
+
+def test_put_from_memory_the_caller_gave_up_stores_only_bytes_that_still_match(tmp_path: Path) -> None:
+    """``digests``: a buffer overwritten after the caller hashed it is a miss, never stored under its key."""
+    from lifeboatcache_core.chunkfile import payload_digest
+
+    a, b = keys(2)
+    rows = [bytearray(blob) for blob in blobs(2, 4096)]
+    digests = [payload_digest([bytes(r)]) for r in rows]
+    rows[1][100] ^= 0xFF  # the engine reused b's memory before the job copied it
+    with open_cache(tmp_path) as cache:
+        ok = cache.wait(cache.submit_put([a, b], rows, digests=digests)).ok
+        assert ok == [True, False]
+        assert cache.exists([a, b]) == [True, False]
+        assert cache.telemetry.counters()["unstable_skipped"] == 1
+        out = [bytearray(4096)]
+        assert cache.get([a], out) == [True] and out[0] == rows[0]
+        with pytest.raises(ValueError):
+            cache.submit_put([a, b], rows, digests=digests[:1])
+
+
+def test_free_bytes_is_the_room_of_the_bottom_tier_before_a_store_evicts(tmp_path: Path) -> None:
+    from .helpers import file_tier
+
+    with open_cache(tmp_path, file_tier(tmp_path / "t", capacity_gb=64 * 1024 / 1024**3)) as cache:
+        assert 0 < cache.free_bytes() <= 64 * 1024
+        cache.put(keys(1), blobs(1, 32 * 1024))
+        left = cache.free_bytes()
+        assert 0 < left < 32 * 1024
+        cache.put(keys(1, start=1), blobs(1, 32 * 1024))  # evicts: nothing is left
+        assert cache.free_bytes() < 32 * 1024

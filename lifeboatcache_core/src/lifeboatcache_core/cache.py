@@ -26,6 +26,7 @@ from typing_extensions import Buffer as _Buffer
 
 from lifeboatcache_core import metrics
 from lifeboatcache_core.abc import BlockHint, KVLayout
+from lifeboatcache_core.chunkfile import payload_digest
 from lifeboatcache_core.config import LifeboatConfig, TierConfig, config_from_env
 from lifeboatcache_core.keys import BlockKey, Namespace
 from lifeboatcache_core.plugins import get_registry
@@ -82,6 +83,18 @@ def as_byte_view(buf: _Buffer) -> memoryview:
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     return view
+
+
+def stable_copy(view: memoryview, digest: bytes) -> memoryview | None:
+    """A private copy of ``view`` if its bytes still hash to ``digest`` (xxh3-128), else None.
+
+    The copy is hashed, not the source: bytes that change during the copy fail the check
+    instead of being stored.
+    """
+    copy = np.empty(view.nbytes, np.uint8)
+    copy[:] = np.frombuffer(view, np.uint8)
+    mine = memoryview(copy)
+    return mine if payload_digest([mine]) == digest else None
 
 
 class TieredCache:
@@ -254,10 +267,20 @@ class TieredCache:
                 self._task_done(job)
 
     def submit_put(self, keys: Sequence[BlockKey], buffers: Sequence[_Buffer], *,
-                   layout: KVLayout | None = None, hints: Sequence[BlockHint | None] | None = None) -> int:
-        """Store blocks; returns a job id. ``ok[i]`` is True once any tier holds block ``i``."""
+                   layout: KVLayout | None = None, hints: Sequence[BlockHint | None] | None = None,
+                   digests: Sequence[bytes] | None = None) -> int:
+        """Store blocks; returns a job id. ``ok[i]`` is True once any tier holds block ``i``.
+
+        ``digests``: the buffers are memory the caller no longer owns and that may be reused
+        under us (an engine's offload region, after its transfer job ended). Each buffer is then
+        copied first, and only a copy whose xxh3-128 equals ``digests[i]`` is stored: a buffer
+        overwritten meanwhile is a miss (``ok`` False, ``stats.unstable_skipped``), never
+        another block's bytes under this key.
+        """
         if len(keys) != len(buffers):
             raise ValueError(f"{len(keys)} keys but {len(buffers)} buffers")
+        if digests is not None and len(digests) != len(keys):
+            raise ValueError(f"{len(keys)} keys but {len(digests)} digests")
         job = self._new_job("put", len(keys))
         self.telemetry.add(put_blocks=len(keys))
         views = [as_byte_view(b) for b in buffers]
@@ -270,7 +293,10 @@ class TieredCache:
 
         def work(tier: Tier, part: list[int]) -> None:
             for i in part:
-                if tier.store(keys[i], views[i], layout, hints[i] if hints else None):
+                view = views[i] if digests is None else stable_copy(views[i], digests[i])
+                if view is None:
+                    self.telemetry.add(unstable_skipped=1)
+                elif tier.store(keys[i], view, layout, hints[i] if hints else None):
                     job.ok[i] = True
 
         for tier in targets:
@@ -422,6 +448,17 @@ class TieredCache:
                         answer = None
             out.append(answer)
         return out
+
+    def free_bytes(self) -> int:
+        """What the bottom up tier can still take without evicting (0: from now on a store costs a block).
+
+        The bottom tier is where the stack finally drops blocks (tiers above demote into it),
+        so while it has room a store loses nothing. An engine with a cache above ours (vLLM's
+        CPU tier) can keep a block only up there, instead of a second copy here, once this is
+        below the block's size.
+        """
+        up = self.tiers
+        return up[-1].free_bytes() if up else 0
 
     def contains_prefix(self, keys: Sequence[BlockKey]) -> int:
         """How many leading ``keys`` are present (a miss ends the prefix)."""

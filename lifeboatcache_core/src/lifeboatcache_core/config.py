@@ -168,6 +168,10 @@ class EngineConfig(StrictModel):
     native_block_tokens: int | Literal["auto"] = "auto"
     native_cpu_gb: float | None = Field(default=None, gt=0)
     vllm_mode: Literal["native", "lmcache"] = "native"
+    #: vLLM native mode: once the bottom tier is full, a chunk vLLM's CPU tier holds stays only
+    #: there and is stored here when that tier is about to drop it (``lifeboatcache_vllm.cpu_shadow``):
+    #: full, the two tiers hold different chunks instead of mostly the same ones
+    exclusive_when_full: bool = True
 
 
 class DashboardConfig(StrictModel):

@@ -97,6 +97,7 @@ CACHE_COUNTERS = {
     "lookup_hit_tokens": "Tokens the engine got from the cache instead of recomputing (reported by the adapter)",
     "lookup_miss_tokens": "Tokens the engine looked up and had to recompute (reported by the adapter)",
     "put_blocks": "Blocks the engine offered for storage",
+    "unstable_skipped": "Blocks not stored because the engine reused their memory before we copied it",
     "staged_bytes": "Raw bytes of blocks predictive staging copied up into a stage = true tier",
     "staged_used_bytes": "Staged raw bytes the engine then asked for (staging that paid off)",
     "staged_wasted_bytes": "Staged raw bytes nobody asked for by their deadline, or released (taken back)",
@@ -148,6 +149,7 @@ class CacheStats:
     lookup_tokens: int = 0
     lookup_hit_tokens: int = 0
     put_blocks: int = 0
+    unstable_skipped: int = 0
     staged_bytes: int = 0
     staged_used_bytes: int = 0
     staged_wasted_bytes: int = 0

@@ -667,15 +667,27 @@ class Tier:
         threshold = self.cfg.codec_from_fill
         if threshold <= 0 or self._identity:
             return self.codec
+        held = self.used + self.reserved
+        room = held + self._free(backend)
+        if room > 0 and held < threshold * room:
+            return self._codec_for(RAW_CODEC)
+        return self.codec
+
+    def _free(self, backend: Backend) -> int:
+        """Bytes this tier can still take without evicting: capacity left, bounded by the filesystem's."""
+        left = self._local_capacity() - self.used - self.reserved
         try:
             fs_free = backend.free_bytes()
         except OSError:
             fs_free = None
-        held = self.used + self.reserved
-        room = self.capacity if fs_free is None else min(self.capacity, held + max(fs_free, 0))
-        if room > 0 and held < threshold * room:
-            return self._codec_for(RAW_CODEC)
-        return self.codec
+        if fs_free is not None:
+            left = min(left, fs_free - self.reserved)
+        return max(left, 0)
+
+    def free_bytes(self) -> int:
+        """What :meth:`_free` says, 0 for a tier that is down (it takes nothing)."""
+        backend = self.backend
+        return self._free(backend) if self.up and backend is not None else 0
 
     def _codec_for(self, tag: str) -> Codec:
         codec = self._codecs.get(tag)

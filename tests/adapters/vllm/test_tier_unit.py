@@ -174,6 +174,102 @@ def test_a_full_tier_gives_up_a_chain_tail_first_once_its_stores_land(tmp_path: 
     tier.shutdown()
 
 
+SESSION_C = [bytes([i]) * 32 + b"\0\0\0\0" for i in range(21, 25)]
+
+
+def full_tier_holding_a(tmp_path: Path, **engine: Any) -> tuple[LifeboatTier, np.ndarray]:
+    """A tier whose four chunks of session A (rows 0-3) fill it; every row holds its own bytes."""
+    config = file_config(tmp_path / "t", **engine)
+    config["tiers"][0]["keep_prefixes"] = False  # plain LRU: the test is about which chunks reach the tier
+    tier, region = make_tier(config)
+    region[:, :PAYLOAD] = np.arange(CHUNKS, dtype=np.uint8)[:, None] + 1
+    tier.submit_store(TransferJob(1, SESSION_A, np.arange(4, dtype=np.int32), False, chain_context("a1", SESSION_A)))
+    assert finish(tier, 1).success
+    assert tier.cache is not None
+    nvme = tier.cache.tiers[0]
+    nvme.resize(nvme.used)  # full: the next store would evict
+    return tier, region
+
+
+def loaded_row(tier: LifeboatTier, region: np.ndarray, key: bytes, job_id: int) -> np.ndarray | None:
+    """The bytes our tier returns for ``key`` (loaded into row 7), or None when it does not hold it."""
+    if not held(tier, [key])[0]:
+        return None
+    saved = region[7].copy()
+    tier.submit_load(job(job_id, [key], [7], True))
+    assert finish(tier, job_id).success
+    out, region[7] = region[7, :PAYLOAD].copy(), saved
+    return out
+
+
+def test_a_full_tier_keeps_new_chunks_in_vllms_cpu_tier_until_it_is_about_to_drop_them(tmp_path: Path) -> None:
+    """exclusive_when_full: stored from their rows when they become the CPU tier's coldest, byte-exact."""
+    tier, region = full_tier_holding_a(tmp_path)
+    tier.submit_store(TransferJob(2, SESSION_B[:2], np.asarray([4, 5], np.int32), False,
+                                  chain_context("b1", SESSION_B[:2])))
+    assert finish(tier, 2).success  # reported stored: vLLM unpins the rows
+    assert held(tier, SESSION_B[:2]) == [False, False]  # ... but they stay only in the CPU tier
+    assert tier.exclusive_counts["deferred"] == 2
+    tier.submit_store(TransferJob(3, SESSION_C[:2], np.asarray([6, 7], np.int32), False,
+                                  chain_context("c1", SESSION_C[:2])))
+    assert finish(tier, 3).success
+    # A's next turn hits in the CPU tier: B and C are now its coldest rows (8 rows, 3 coldest written)
+    tier.on_request_finished(chain_context("a2", SESSION_A))
+    deadline = time.monotonic() + 10
+    while tier.exclusive_counts["demoted"] < 3 and time.monotonic() < deadline:
+        list(tier.get_finished_jobs())
+        time.sleep(0.005)
+    assert tier.exclusive_counts["demoted"] == 3
+    assert held(tier, [*SESSION_B[:2], SESSION_C[0]]) == [True] * 3
+    assert held(tier, [SESSION_C[1]]) == [False]  # still among the CPU tier's newest
+    expected = {SESSION_B[0]: 5, SESSION_B[1]: 6, SESSION_C[0]: 7}  # row r holds r + 1
+    for n, (key, value) in enumerate(expected.items()):
+        row = loaded_row(tier, region, key, 10 + n)
+        assert row is not None and (row == value).all()
+    tier.shutdown()
+
+
+def test_a_row_vllm_reused_before_our_copy_is_a_miss_not_another_chunks_bytes(tmp_path: Path) -> None:
+    tier, region = full_tier_holding_a(tmp_path)
+    tier.submit_store(TransferJob(2, SESSION_B[:2], np.asarray([4, 5], np.int32), False,
+                                  chain_context("b1", SESSION_B[:2])))
+    assert finish(tier, 2).success
+    region[4, :PAYLOAD] = 99  # vLLM dropped B0 and wrote another chunk into its row; we were not told
+    tier.on_request_finished(chain_context("a2", SESSION_A))  # B is now the CPU tier's coldest
+    deadline = time.monotonic() + 10
+    while sum(tier.exclusive_counts[k] for k in ("demoted", "demotions_changed")) < 2 and time.monotonic() < deadline:
+        list(tier.get_finished_jobs())
+        time.sleep(0.005)
+    assert (tier.exclusive_counts["demoted"], tier.exclusive_counts["demotions_changed"]) == (1, 1)
+    assert held(tier, SESSION_B[:2]) == [False, True]
+    assert tier.cache is not None and tier.cache.telemetry.counters()["unstable_skipped"] == 1
+    tier.shutdown()
+
+
+def test_a_chunk_displaced_from_its_row_before_its_turn_is_counted_lost(tmp_path: Path) -> None:
+    tier, _ = full_tier_holding_a(tmp_path)
+    tier.submit_store(TransferJob(2, SESSION_B[:1], np.asarray([4], np.int32), False,
+                                  chain_context("b1", SESSION_B[:1])))
+    assert finish(tier, 2).success
+    tier.submit_store(TransferJob(3, SESSION_C[:1], np.asarray([4], np.int32), False,  # the same row
+                                  chain_context("c1", SESSION_C[:1])))
+    assert finish(tier, 3).success
+    assert tier.exclusive_counts["demotions_lost"] == 1
+    assert tier.cpu_report()["exclusive_demotions_lost"] == 1
+    tier.shutdown()
+
+
+def test_inclusive_when_asked_stores_every_chunk_at_once(tmp_path: Path) -> None:
+    """exclusive_when_full = false: vLLM's write-through, the full tier evicts for every new chunk."""
+    tier, _ = full_tier_holding_a(tmp_path, exclusive_when_full=False)
+    tier.submit_store(TransferJob(2, SESSION_B[:2], np.asarray([4, 5], np.int32), False,
+                                  chain_context("b1", SESSION_B[:2])))
+    assert finish(tier, 2).success
+    assert held(tier, SESSION_B[:2]) == [True, True]
+    assert tier.exclusive_counts["deferred"] == 0
+    tier.shutdown()
+
+
 def test_hints_name_the_session_by_its_first_chunk_and_place_each_chunk_in_its_chain(tmp_path: Path) -> None:
     tier, _ = make_tier(file_config(tmp_path / "t"))
     turn1, turn2 = chain_context("a1", SESSION_A[:2]), chain_context("a2", SESSION_A)

@@ -28,6 +28,7 @@ import numpy as np
 from lifeboatcache_core.abc import BlockHint, KVLayout
 from lifeboatcache_core.cache import JobResult as CacheJobResult
 from lifeboatcache_core.cache import TieredCache
+from lifeboatcache_core.chunkfile import payload_digest
 from lifeboatcache_core.config import LifeboatConfig
 from lifeboatcache_core.engine import EngineTexts, open_for_engine
 from lifeboatcache_core.keys import BlockKey, Namespace
@@ -42,6 +43,7 @@ from vllm.v1.kv_offload.base import (
 )
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
+from lifeboatcache_vllm.cpu_shadow import CpuTierShadow
 from lifeboatcache_vllm.fingerprint import namespace_for
 from lifeboatcache_vllm.settings import EXTRA_KEY, ensure_log_handler, on_error_of, resolve_config
 
@@ -49,6 +51,10 @@ log = logging.getLogger("lifeboatcache.vllm")
 
 #: how often a busy tier logs its ``cpu_report`` line (and once more at a clean shutdown)
 CPU_LOG_INTERVAL_S = 30.0
+#: a full tier stores a chunk kept only in vLLM's CPU tier once it is among that tier's coldest
+#: this share of rows: vLLM allocates the rows of a step's stores before it tells us of them,
+#: so the copy must start well before the chunk's turn to be dropped (see ``demotions_lost``)
+DEMOTE_MARGIN_SHARE = 0.4
 _ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
@@ -61,6 +67,15 @@ class _Pending:
     is_load: bool
     nbytes: int
     req_id: str = ""
+
+
+@dataclass
+class _Deferred:
+    """A chunk a full tier left in vLLM's CPU tier: what it needs to be stored from its row later."""
+
+    digest: bytes  # xxh3-128 of the row while vLLM pinned it for our store job
+    hint: BlockHint | None
+    submitted: bool = False
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -131,6 +146,13 @@ class LifeboatTier(SecondaryTierManager):
         self._lookup_pool: ThreadPoolExecutor | None = None
         # (chunks, row bytes) numpy view of the primary region: row slices without copies
         self._primary_rows: np.ndarray = np.asarray(primary_kv_view)
+        # exclusive_when_full: vLLM's CPU tier as we see it, the chunks left only there, their copies
+        self._shadow: CpuTierShadow[OffloadKey] = CpuTierShadow(max(1, self._primary_rows.shape[0]))
+        self._deferred: dict[OffloadKey, _Deferred] = {}
+        self._demotions: dict[int, list[OffloadKey]] = {}
+        self._demote_margin = max(1, int(self._shadow.rows * DEMOTE_MARGIN_SHARE))
+        self._exclusive = False
+        self.exclusive_counts = {"deferred": 0, "demoted": 0, "demotions_lost": 0, "demotions_changed": 0}
         source = config if config is not None else offloading_spec.extra_config.get(EXTRA_KEY)
         self.cache = open_for_engine(
             lambda: self._open(offloading_spec, source, locality, unknown), on_error=lambda: on_error_of(source),
@@ -155,6 +177,7 @@ class LifeboatTier(SecondaryTierManager):
         self._chunk_tokens = max(g.tokens_per_block for g in offloading_spec.config.groups) * int(
             offloading_spec.blocks_per_chunk)
         self._layout = self._chunk_layout(offloading_spec, self.namespace)
+        self._exclusive = settings.engine.exclusive_when_full
         return settings
 
     #: what the tier says when it cannot start (lifeboatcache_core.engine.open_for_engine)
@@ -233,18 +256,66 @@ class LifeboatTier(SecondaryTierManager):
             return
         block_keys = [self._key(k) for k in keys]
         present = cache.exists(block_keys, blocking=False)
+        self._placed(keys, job_metadata.chunk_ids)
         todo = [i for i, here in enumerate(present) if not here]
         if not todo:
             self._ready.append(JobResult(job_metadata.job_id, success=True, transfer_time=0.0, transfer_bytes=0))
+            self._demote_coldest()
             return
         rows = self._rows(job_metadata.chunk_ids[i] for i in todo)
         req_context = job_metadata.req_context
         hints = self._hints([keys[i] for i in todo], req_context)
+        if self._exclusive and cache.free_bytes() < len(todo) * self._payload_bytes:
+            # full: these chunks stay only in vLLM's CPU tier until it is about to drop them
+            for i, row, hint in zip(todo, rows, hints, strict=True):
+                self._deferred[keys[i]] = _Deferred(payload_digest([row]), hint)
+            self.exclusive_counts["deferred"] += len(todo)
+            self._ready.append(JobResult(job_metadata.job_id, success=True, transfer_time=0.0, transfer_bytes=0))
+            self._demote_coldest()
+            return
         cache_job = cache.submit_put([block_keys[i] for i in todo], rows, layout=self._layout, hints=hints)
         req_id = req_context.req_id
         self._pending[cache_job] = _Pending(job_metadata.job_id, [keys[i] for i in todo], False,
                                             len(todo) * self._payload_bytes, req_id)
         self._stores_in_flight[req_id] = self._stores_in_flight.get(req_id, 0) + 1
+
+    # ------------------------------------------------------------------ exclusive when full
+
+    def _placed(self, keys: list[OffloadKey], chunk_ids: Iterable[int]) -> None:
+        """Chunks now in these CPU-tier rows; a deferred chunk they displace before its copy is lost."""
+        for key in self._shadow.place(keys, chunk_ids):
+            deferred = self._deferred.get(key)
+            if deferred is not None and not deferred.submitted:
+                del self._deferred[key]
+                self.exclusive_counts["demotions_lost"] += 1
+
+    def _demote_coldest(self) -> None:
+        """Store the deferred chunks among the CPU tier's coldest rows, from those rows, now.
+
+        The rows are no longer pinned for us, so the job copies each one and stores the copy
+        only if it still hashes to what the row held when vLLM handed it over.
+        """
+        cache = self.cache
+        if not self._deferred or cache is None:
+            return
+        keys = [k for k in self._shadow.coldest(self._demote_margin)
+                if (d := self._deferred.get(k)) is not None and not d.submitted]
+        if not keys:
+            return
+        deferred = [self._deferred[k] for k in keys]
+        for d in deferred:
+            d.submitted = True
+        rows = self._rows(self._shadow.row_of(k) for k in keys)  # type: ignore[misc]
+        cache_job = cache.submit_put([self._key(k) for k in keys], rows, layout=self._layout,
+                                     hints=[d.hint for d in deferred], digests=[d.digest for d in deferred])
+        self._demotions[cache_job] = keys
+
+    def _demoted(self, done: CacheJobResult) -> None:
+        keys = self._demotions.pop(done.job_id)
+        for key, ok in zip(keys, done.ok, strict=True):
+            self._deferred.pop(key, None)
+            self.exclusive_counts["demoted" if ok else "demotions_changed"] += 1
+        self._chunks_stored += done.count
 
     def _hints(self, keys: list[OffloadKey], req_context: ReqContext) -> list[BlockHint | None]:
         """Each chunk's session and place in its prefix chain, for session-aware policies (EpiCache).
@@ -281,8 +352,13 @@ class LifeboatTier(SecondaryTierManager):
             return
         cache_job = cache.submit_get_into([self._key(k) for k in keys], self._rows(job_metadata.chunk_ids))
         self._pending[cache_job] = _Pending(job_metadata.job_id, keys, True, len(keys) * self._payload_bytes)
+        self._placed(keys, job_metadata.chunk_ids)
+        self._demote_coldest()
 
     def _result(self, done: CacheJobResult) -> JobResult | None:
+        if done.job_id in self._demotions:
+            self._demoted(done)
+            return None
         job = self._pending.pop(done.job_id, None)
         if job is None:
             return None
@@ -305,7 +381,7 @@ class LifeboatTier(SecondaryTierManager):
     @on_engine_thread
     def get_finished_jobs(self) -> Iterable[JobResult]:
         out, self._ready = self._ready, []
-        if self.cache is not None and self._pending:
+        if self.cache is not None and (self._pending or self._demotions):
             # The scheduler loop holds the GIL between steps; every system call of our I/O
             # threads needs it back (up to a 5 ms switch interval each). Releasing it once per
             # poll lets a waiting I/O thread in at once: a 171 MB load went from 60-190 ms to 20-30 ms.
@@ -346,14 +422,17 @@ class LifeboatTier(SecondaryTierManager):
         cache = self.cache
         if cache is None:
             return
-        chain = [self._key(k) for k in reversed(request_chain(req_context))]
-        if not chain:
+        keys_tail_first = list(reversed(request_chain(req_context)))
+        if not keys_tail_first:
             return
+        chain = [self._key(k) for k in keys_tail_first]
         req_id = req_context.req_id
         if self._stores_in_flight.get(req_id):
             self._touch_after[req_id] = chain
         else:
             cache.touch(chain)
+        self._shadow.use(keys_tail_first)
+        self._demote_coldest()  # after the touch: what lands now is newer than the chain
 
     def _store_finished(self, req_id: str) -> None:
         left = self._stores_in_flight.get(req_id, 0) - 1
@@ -371,7 +450,7 @@ class LifeboatTier(SecondaryTierManager):
     def drain_jobs(self) -> None:
         if self.cache is None:
             return
-        for cache_job in list(self._pending):
+        for cache_job in [*self._pending, *self._demotions]:
             try:
                 done = self.cache.wait(cache_job)
             except KeyError:  # already finished and polled into another path
@@ -391,6 +470,7 @@ class LifeboatTier(SecondaryTierManager):
         moved = self._chunks_stored + self._chunks_loaded
         ours = threads + self._engine_thread_cpu_s
         return {"chunks_stored": self._chunks_stored, "chunks_loaded": self._chunks_loaded,
+                **{f"exclusive_{name}": n for name, n in self.exclusive_counts.items()},
                 "tier_threads_s": round(threads, 3), "engine_thread_s": round(self._engine_thread_cpu_s, 6),
                 "ours_per_1000_chunks_s": round(1000 * ours / moved, 3) if moved else 0.0,
                 "process_s": round(process_cpu_seconds() - self._process_cpu_at_start, 3)}
