@@ -10,6 +10,7 @@ weights fingerprint, so a page is only ever served to a reader that can use its 
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,33 @@ def page_digest(key: str) -> bytes:
         except ValueError:
             pass
     return hashlib.sha256(key.encode()).digest()
+
+
+def pool_digest(pool_tag: bytes, key: str) -> bytes:
+    """The digest of a sidecar pool's page (Mamba/SWA/indexer state of hybrid models).
+
+    Stored as its own block in the KV pages' namespace: the pool's tag (its name and the
+    geometry that decides its bytes) is hashed in, so a Mamba page and the KV page of the
+    same prefix, or two builds with different state shapes, never share a key.
+    """
+    return hashlib.sha256(b"lifeboatcache-sglang-pool\0" + pool_tag + b"\0" + page_digest(key)).digest()
+
+
+def sidecar_pool_tag(name: str, pool: Any, storage_config: Any, io: str) -> bytes:
+    """What keys a sidecar pool's pages: name, geometry, byte path (``regions`` or ``flat``).
+
+    Mamba state is TP-sharded even when the model's KV is rank-replicated (MLA), so its tag
+    carries the TP rank when the namespace does not.
+    """
+    geometry = pool_geometry(pool)
+    for attr in ("num_mamba_layers", "temporal_state_shape", "conv_state_shapes", "temporal_dtype"):
+        value = getattr(pool, attr, None)
+        if value is not None:
+            geometry[attr] = str(value)
+    geometry["io"] = io
+    if name == "mamba" and storage_config.is_mla_model:
+        geometry["tp"] = [int(storage_config.tp_rank), int(storage_config.tp_size)]
+    return json.dumps({"name": name, **geometry}, sort_keys=True).encode()
 
 
 def pool_geometry(pool: Any) -> dict[str, Any]:
