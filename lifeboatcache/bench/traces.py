@@ -20,6 +20,7 @@ from typing import Any
 import typer
 
 from lifeboatcache.bench import emit_json
+from lifeboatcache.sim.folds import TUNABLES, run_folds
 from lifeboatcache.sim.replay import SimResult
 from lifeboatcache.sim.sweep import (
     BELADY,
@@ -30,6 +31,7 @@ from lifeboatcache.sim.sweep import (
     run_sweep,
 )
 from lifeboatcache.sim.workload import Workload, load_workload
+from lifeboatcache.traces import Conversation, load_traces
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "kv-cache-tester"
 
@@ -78,6 +80,42 @@ def run_traces_bench(workload: Workload, policies: list[str], fractions: list[fl
     }
 
 
+def run_folds_bench(conversations: list[Conversation], policies: list[str], fractions: list[float], *, k: int,
+                    gpu_blocks: int, seed: int, session_tags: bool, traces: str,
+                    progress: bool = False) -> dict[str, Any]:
+    """The cross-validated report (``sim.folds.run_folds``) with the run's settings."""
+    def report(fold: int, name: str, result: SimResult) -> None:
+        if progress:
+            typer.echo(f"fold {fold} {name:>9} @ {result.capacity_frac}: hit_frac {result.hit_frac:.4f} "
+                       f"({result.seconds:.1f} s CPU)", err=True)
+
+    started = time.process_time()
+    body = run_folds(conversations, policies, fractions, k=k, gpu_blocks=gpu_blocks, seed=seed,
+                     session_tags=session_tags, on_result=report)
+    return {"traces": traces, "conversations": len(conversations), "gpu_blocks": gpu_blocks, "seed": seed,
+            "session_tags": session_tags, "host": platform.node(), "tunables": TUNABLES,
+            "cpu_seconds": round(time.process_time() - started, 1), **body}
+
+
+def print_folds_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table("capacity", "policy", "pooled hit_frac", "pooled gap closed", "per-fold gap closed")
+    for fraction, rows in report["held_out"].items():
+        for name, row in rows.items():
+            per_fold = row.get("per_fold_gap_closed")
+            table.add_row(fraction, name, f"{row['pooled_hit_frac']:.4f}",
+                          f"{row['pooled_gap_closed']:+.3f}" if "pooled_gap_closed" in row else "",
+                          " ".join(f"{g:+.2f}" for g in per_fold) if per_fold else "")
+    console.print(table)
+    for name, pick in report["selection"].items():
+        console.print(f"{name}: chosen per held fold {pick['chosen_per_held_fold']}; on all folds "
+                      f"{pick['chosen_on_all_folds']} (installed default: "
+                      f"{'the same' if pick['installed_default_is_chosen'] else 'DIFFERENT'})")
+
+
 def print_table(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -107,6 +145,9 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, help="Seed of the conversations' start offsets and of the policies."),
         limit: int | None = typer.Option(None, min=1, help="Only the first N trace files (by name)."),
         session_tags: bool = typer.Option(True, help="Hints name the session (else prefix chains only)."),
+        folds: int = typer.Option(5, "--folds", min=1,
+                                  help="K folds of whole conversations: each tunable default is chosen on K-1 "
+                                       "and scored on the held one (1: one replay of all traces, no selection)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: Path | None = typer.Option(None, help="Also write the JSON report to this file."),
     ) -> None:
@@ -115,6 +156,22 @@ def register(app: typer.Typer) -> None:
             if not 0 < fraction:
                 raise typer.BadParameter(f"--capacity-frac {fraction} must be > 0 (a fraction of the working set)")
         started = time.perf_counter()
+        if folds > 1:
+            try:
+                conversations = load_traces(traces_dir, limit=limit)
+            except (FileNotFoundError, NotADirectoryError) as exc:
+                typer.echo(f"cannot read traces: {exc}", err=True)
+                raise typer.Exit(2) from None
+            if len(conversations) < folds:
+                raise typer.BadParameter(f"--folds {folds} needs at least {folds} conversations, "
+                                         f"{traces_dir} has {len(conversations)}")
+            report = run_folds_bench(conversations, policy, capacity_frac, k=folds, gpu_blocks=gpu_blocks,
+                                     seed=seed, session_tags=session_tags, traces=str(traces_dir),
+                                     progress=not as_json)
+            emit_json(report, out, as_json)
+            if not as_json:
+                print_folds_table(report)
+            return
         try:
             workload = load_workload(traces_dir, seed=seed, limit=limit)
         except (FileNotFoundError, NotADirectoryError) as exc:

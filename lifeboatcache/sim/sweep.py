@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from lifeboatcache_core.abc import EvictionPolicy
 from lifeboatcache_core.plugins import get_registry
@@ -20,10 +20,12 @@ DEFAULT_GPU_BLOCKS = 4096
 BELADY = "belady"
 
 
-def make_policy(name: str, seed: int = 0) -> EvictionPolicy:
-    """A registered policy with its default config (raises the registry's did-you-mean error)."""
+def make_policy(name: str, seed: int = 0, options: Mapping[str, object] | None = None) -> EvictionPolicy:
+    """A registered policy with its default config, or with ``options`` over it (raises the
+    registry's did-you-mean error for an unknown name, pydantic's for a bad option)."""
     cls = get_registry().load("policy", name)
-    return cls(None, seed=seed)  # type: ignore[no-any-return]
+    config = cls.config_model(**options) if options else None
+    return cls(config, seed=seed)  # type: ignore[no-any-return]
 
 
 def unlimited_hit_frac(workload: Workload, gpu_hits: list[int]) -> float:

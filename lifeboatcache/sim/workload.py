@@ -7,13 +7,13 @@ hashables; building a ``BlockKey`` per reference would cost more than the simula
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from lifeboatcache.traces import BLOCK_TOKENS, load_traces, schedule
+from lifeboatcache.traces import BLOCK_TOKENS, Conversation, load_traces, schedule
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,11 @@ class Workload:
 def load_workload(directory: str | Path, *, seed: int = 0, spread_s: float = 3600.0,
                   limit: int | None = None) -> Workload:
     """Parse the traces in ``directory`` and lay them out on the fixed replay schedule."""
-    conversations = load_traces(directory, limit=limit)
+    return workload_of(load_traces(directory, limit=limit), seed=seed, spread_s=spread_s)
+
+
+def workload_of(conversations: Sequence[Conversation], *, seed: int = 0, spread_s: float = 3600.0) -> Workload:
+    """Lay parsed conversations (all, or one fold of them) out on the fixed replay schedule."""
     items = schedule(conversations, seed=seed, spread_s=spread_s)
     block_tokens = conversations[0].block_tokens if conversations else BLOCK_TOKENS
     arrays = [item.block_ids for item in items]

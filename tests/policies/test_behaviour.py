@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 
+import pytest
 from lifeboatcache_core.abc import BlockHint, EvictionPolicy
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.testing.contracts import key
@@ -87,7 +88,7 @@ def test_score_keeps_a_reread_prefix_over_one_off_blocks() -> None:
 
 
 def test_epicache_groups_a_prefix_chain_into_one_episode_and_drains_the_cold_one() -> None:
-    epi = EpiCachePolicy(EpiCacheConfig(patience=2.0, clock="operations"))
+    epi = EpiCachePolicy(EpiCacheConfig(predictor="rhythm", patience=2.0, clock="operations"))
     for _turn in range(6):  # two sessions, alternating; then only B keeps coming
         store_chain(epi, range(0, 8))
         store_chain(epi, range(100, 108))
@@ -98,8 +99,9 @@ def test_epicache_groups_a_prefix_chain_into_one_episode_and_drains_the_cold_one
     assert victims == [key(i) for i in range(7, -1, -1)]
 
 
-def test_epicache_returning_session_keeps_its_prefix() -> None:
-    epi = EpiCachePolicy(EpiCacheConfig(clock="operations"))
+@pytest.mark.parametrize("predictor", ["returns", "rhythm"])
+def test_epicache_returning_session_keeps_its_prefix(predictor: str) -> None:
+    epi = EpiCachePolicy(EpiCacheConfig(clock="operations", predictor=predictor))  # type: ignore[arg-type]
     store_chain(epi, range(0, 20), tag="a")
     store_chain(epi, range(100, 120), tag="b")
     store_chain(epi, range(0, 20), tag="a")
@@ -119,7 +121,7 @@ class FakeClock:
 def test_epicache_measures_gaps_in_monotonic_seconds_by_default() -> None:
     assert EpiCachePolicy().clock is time.monotonic
     assert EpiCachePolicy(EpiCacheConfig(clock="operations")).clock is None
-    epi = EpiCachePolicy(EpiCacheConfig(gap_smoothing=0.5))  # learn the rhythm in a few turns
+    epi = EpiCachePolicy(EpiCacheConfig(predictor="rhythm", gap_smoothing=0.5))  # learn the rhythm in a few turns
     epi.clock = clock = FakeClock()
     for turn in range(6):  # A and B take turns every 10 s
         clock.now = 20.0 * turn
@@ -135,7 +137,7 @@ def test_epicache_measures_gaps_in_monotonic_seconds_by_default() -> None:
 
 def _two_sessions(order: str) -> EpiCachePolicy:
     """A comes every 30 s, B every 5 s; A was served at t=60, B at t=62; now t=63 (neither late)."""
-    epi = EpiCachePolicy(EpiCacheConfig(warm_order=order, gap_smoothing=0.5))  # type: ignore[arg-type]
+    epi = EpiCachePolicy(EpiCacheConfig(predictor="rhythm", warm_order=order, gap_smoothing=0.5))  # type: ignore[arg-type]
     epi.clock = clock = FakeClock()
     visits = sorted([(t, "a") for t in (0.0, 30.0, 60.0)] + [(t, "b") for t in range(32, 63, 5)])
     for t, tag in visits:
@@ -158,7 +160,7 @@ def test_epicache_evicts_the_warm_session_served_last_by_default() -> None:
 
 
 def test_epicache_first_gap_of_a_new_episode_is_the_mean_so_far() -> None:
-    epi = EpiCachePolicy()
+    epi = EpiCachePolicy(EpiCacheConfig(predictor="rhythm"))
     epi.clock = clock = FakeClock()
     for t in (0.0, 8.0, 16.0):
         clock.now = t
@@ -166,6 +168,44 @@ def test_epicache_first_gap_of_a_new_episode_is_the_mean_so_far() -> None:
         epi.insert(key(1000), 1, BlockHint("other", None, 0))  # a visit ends when another session stores
     store_chain(epi, range(100, 104), tag="c")  # a new session starts from the gaps seen: 8 s
     assert math.isclose(epi._episodes[("tag", "c")].log_gap, 3.0)
+
+
+def _learnt_returns(bypass: str = "unlikely") -> tuple[EpiCachePolicy, FakeClock]:
+    """The return model after 200 visits of agents that come back every 10-20 s (tool calls)."""
+    epi = EpiCachePolicy(EpiCacheConfig(bypass=bypass))  # type: ignore[arg-type]
+    epi.clock = clock = FakeClock()
+    for turn in range(100):
+        for s, tag in enumerate(("a", "b")):
+            clock.now = 15.0 * turn + 7.0 * s
+            store_chain(epi, range(1000 * s, 1000 * s + 4 + turn), tag=tag)
+    return epi, clock
+
+
+def test_epicache_returns_evicts_the_session_idle_far_past_every_gap_seen() -> None:
+    epi, clock = _learnt_returns()
+    last = clock.now
+    clock.now = last + 3.0  # b was just served, a 10 s ago: both due back within a tool call's gap
+    store_chain(epi, range(5000, 5010), tag="gone")  # a session seen once, then idle for an hour
+    clock.now += 3600.0
+    store_chain(epi, range(0, 104), tag="a")
+    store_chain(epi, range(1000, 1104), tag="b")
+    assert evict(epi) == key(5009)  # the session idle for an hour goes first, tail first
+    assert evict(epi) == key(5008)
+
+
+def test_epicache_bypasses_a_block_after_a_hole_once_the_tier_is_full() -> None:
+    epi, _ = _learnt_returns(bypass="holes")
+    assert epi.admit(key(9000), 1, BlockHint("c", key(103), 104))  # not full yet: everything is admitted
+    victim = evict(epi)  # the tier is full from here; the victim's child would follow a hole
+    assert victim not in epi
+    assert not epi.admit(key(9001), 1, BlockHint("a", victim, 200))
+    assert not epi.admit(key(9002), 1, BlockHint("a", key(9001), 201))  # and so would its child
+    assert epi.admit(key(9003), 1, BlockHint("a", key(0), 1))  # a held parent: admitted
+    assert epi.admit(key(9004), 1, BlockHint("a", None, 0))  # a prompt's first block: admitted
+    off = EpiCachePolicy(EpiCacheConfig(bypass="off"))
+    store_chain(off, range(0, 4), tag="a")
+    gone = evict(off)
+    assert off.admit(key(9001), 1, BlockHint("a", gone, 4))
 
 
 def test_epicache_tag_overrides_the_prefix_tree() -> None:

@@ -69,7 +69,7 @@ def test_sweep_rows_and_curve_grow_with_capacity(traces_dir: Path) -> None:
 def test_bench_traces_json(traces_dir: Path) -> None:
     result = CliRunner().invoke(app, ["bench", "traces", "--traces", str(traces_dir), "--limit", "3",
                                       "--capacity-frac", "0.05", "--capacity-frac", "0.2", "--gpu-blocks", "64",
-                                      "--json"])
+                                      "--folds", "1", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     rows = report["results"]
@@ -83,7 +83,7 @@ def test_bench_traces_json(traces_dir: Path) -> None:
 
 def test_bench_traces_unknown_policy_names_the_choices(traces_dir: Path) -> None:
     result = CliRunner().invoke(app, ["bench", "traces", "--traces", str(traces_dir), "--limit", "1",
-                                      "--policy", "lfu", "--json"])
+                                      "--policy", "lfu", "--folds", "1", "--json"])
     assert result.exit_code != 0
     assert "lfu" in str(result.exception) or "lfu" in result.output
 

@@ -7,15 +7,28 @@ chain belong together, and a chain whose root is new starts a new episode. Recen
 keys remember their episode (a bounded ghost map), so a session whose tail was evicted rejoins
 its episode when it comes back.
 
-Which episode. Every episode learns its own rhythm: the (log-mean) clock gap between its visits
-(a visit = a run of operations on the episode with no other operation in between). Its
-*deadline* is ``last_visit + patience * gap``. An episode past its deadline is cold (the
-session paused: the user reads, a tool runs long, the session ended) and goes first, most
-overdue first. While no episode is cold, the warm episode visited most recently goes
-(``warm_order="recent"``): gaps vary so much within a session that its learned rhythm says
-little about *which* warm session comes back next, but its age does -- a session that has
-been away for part of its gap is closer to its next request than the one just served.
-(``"farthest"``, ``last_visit + gap`` farthest ahead, and ``"lru"`` remain options.)
+Which episode (``predictor="returns"``, the default). Bélády would evict the episode needed
+farthest in the future; an online policy can only estimate who comes back when. A small online
+model (:mod:`~lifeboatcache_policy_epicache.returns`) counts the return gaps of all episodes in
+log-spaced bins, per class of the episode's previous gap, and scores an episode idle for ``age``
+seconds by ``P(back within H | away for age)``, ``H`` being the tier's turnover time (blocks held
+over blocks inserted per clock second) times ``horizon``. The episode with the lowest score
+goes first (oldest on ties): one idle far past every gap seen (the session ended) scores 0; one
+a few seconds into a tool call scores high. Episodes are listed by (class, age bin) and a timer
+heap moves each one bin on when its age crosses the bin's edge, so the victim's bucket is a
+scan of at most classes x bins (148) buckets, cached until a visit, a move or a new score table.
+
+Which episode (``predictor="rhythm"``, the previous default). Every episode learns its own
+rhythm: the (log-mean) clock gap between its visits (a visit = a run of operations on the
+episode with no other operation in between). Its *deadline* is ``last_visit + patience * gap``.
+An episode past its deadline is cold and goes first, most overdue first. While no episode is
+cold, the warm episode visited most recently goes (``warm_order="recent"``; ``"farthest"``,
+``last_visit + gap`` farthest ahead, and ``"lru"`` remain options).
+
+Bypass (``admit``, Bélády's bypass). Once the tier is full, a new block is not stored when its
+parent was evicted or bypassed (a prompt hits only its leading run, so a block after a hole is
+never read) and, with ``bypass="unlikely"`` and the returns predictor, when its episode is less
+likely to return within the horizon than the episode the next victim would come from.
 
 Which block. Within the chosen episode the deepest block goes first, so an episode shrinks
 from its tail and a returning session still hits its leading blocks (a prompt hits only as
@@ -26,8 +39,10 @@ simulation sets the ``clock`` attribute to its replay time); ``clock="operations
 inserts and touches instead (deterministic, load-relative). An episode's first gap is the
 running mean over all episodes (a plain mean over the first 100 gaps, then an EWMA), so
 the scale of the clock is learnt, not assumed. Heaps use lazy deletion and are rebuilt when
-stale entries outnumber live ones, so every operation is O(log n) and memory stays
-proportional to the blocks tracked plus the ghost map (at most as many keys as blocks tracked).
+stale entries outnumber live ones, so every operation is O(log n) in the blocks and episodes
+held (plus, with the returns predictor, at most one 148-bucket scan after each visit or bin
+move, and a 148-entry score table rebuilt every 64 gaps) and memory stays proportional to the
+blocks tracked plus the ghost and bypass maps (bounded by the blocks tracked).
 """
 
 from __future__ import annotations
@@ -43,8 +58,19 @@ from lifeboatcache_core.abc import BlockHint, EvictionPolicy, PluginConfig
 from lifeboatcache_core.keys import BlockKey
 from pydantic import Field
 
+from lifeboatcache_policy_epicache.returns import BINS, EDGES, ReturnModel, age_bin, gap_class
+
 
 class EpiCacheConfig(PluginConfig):
+    predictor: Literal["returns", "rhythm"] = Field(
+        "returns", description="rank episodes by the learnt chance that they return within the tier's "
+        "horizon (returns.ReturnModel), or by their own rhythm's deadline and warm_order (rhythm)")
+    horizon: float = Field(1.0, gt=0.0, description="returns: the horizon in tier turnover times (blocks held "
+                           "over blocks inserted per second) within which a return counts")
+    bypass: Literal["unlikely", "holes", "off"] = Field(
+        "unlikely", description="once the tier is full, do not store a block after a hole (its parent was "
+        "evicted or bypassed) and, with predictor returns, a block of an episode less likely to return within "
+        "the horizon than the next victim's (unlikely); only the first (holes); or store everything (off)")
     patience: float = Field(2.0, gt=0.0, description="an episode is cold after this many of its usual gaps")
     gap_smoothing: float = Field(0.05, gt=0.0, le=1.0, description="EWMA weight of a new visit gap (log scale)")
     warm_order: Literal["recent", "farthest", "lru"] = Field(
@@ -55,7 +81,8 @@ class EpiCacheConfig(PluginConfig):
 
 
 class _Episode:
-    __slots__ = ("blocks", "deadline", "heap", "last", "last_op", "log_gap", "warm_key")
+    __slots__ = ("age_bin", "blocks", "bucket", "deadline", "heap", "klass", "last", "last_op", "log_gap",
+                 "move_seq", "warm_key")
 
     def __init__(self, op: int, now: float, log_gap: float) -> None:
         self.last = now  # start of the latest visit
@@ -65,6 +92,10 @@ class _Episode:
         self.warm_key = 0.0  # order among warm episodes (min goes first)
         self.blocks = 0
         self.heap: list[tuple[int, int, Hashable]] = []  # (-depth, seq, key)
+        self.klass = 0  # returns: class of the previous gap (0: none yet)
+        self.age_bin = 0
+        self.bucket: tuple[int, int] | None = None  # returns: (class, age bin) it is listed in
+        self.move_seq = 0  # returns: the live entry of the age-bin timer heap
 
 
 class EpiCachePolicy(EvictionPolicy):
@@ -89,8 +120,60 @@ class EpiCachePolicy(EvictionPolicy):
         self._ghosts: OrderedDict[Hashable, Hashable] = OrderedDict()  # evicted key -> episode id
         self._by_deadline: list[tuple[float, int, Hashable]] = []  # min-heap: coldest first
         self._by_return: list[tuple[float, int, Hashable]] = []  # max-heap (negated deadline)
+        # predictor = "returns": episodes listed by (gap class, age bin), oldest first in each; a
+        # timer heap moves an episode to its next age bin when its age crosses the bin's edge
+        self._returns = cfg.predictor == "returns"
+        self._horizon = cfg.horizon
+        self._bypass = cfg.bypass
+        self._model = ReturnModel()
+        self._buckets: dict[tuple[int, int], OrderedDict[Hashable, None]] = {}
+        self._moves: list[tuple[float, int, Hashable]] = []
+        self._victim_bucket: tuple[int, int] | None = None  # cached argmin; None: recompute
+        self._empty: OrderedDict[Hashable, None] = OrderedDict()  # bypassed episodes that hold no block
+        self._refused: OrderedDict[Hashable, None] = OrderedDict()  # recently bypassed keys (bounded)
+        self._full = False  # a victim was asked for: the tier is at its capacity
+        self._inserts = 0
+        self._rate_mark: tuple[float, int] | None = None  # (clock, inserts) at the last rate sample
+        self._insert_rate = 0.0  # blocks inserted per clock second (EWMA over samples)
 
     # -------------------------------------------------------------------- tier calls
+
+    def admit(self, key: BlockKey, size: int, hint: BlockHint | None = None) -> bool:
+        """Bélády's bypass (``bypass``), once the tier is full (a victim has been asked for).
+
+        A new block is not stored when its parent was evicted or bypassed (a prompt hits only its
+        leading run: a block after a hole is never read), or when its episode is, right now, less
+        likely to return within the horizon than the episode the next victim would come from (it
+        would be the next victim itself). The store still counts as a visit of its episode.
+        """
+        if key in self._blocks:
+            return True
+        if self._bypass == "off" or not self._full:
+            return True
+        self._clock += 1
+        episode_id = self._episode_for(key, hint, peek=True)
+        episode = self._visit(episode_id)
+        parent = hint.parent if hint is not None else None
+        refused = parent is not None and parent not in self._blocks and (
+            parent in self._ghosts or parent in self._refused)
+        if not refused and self._returns and self._bypass == "unlikely":
+            table = self._table()
+            target = None if table is None else self._victim_target(table)
+            refused = target is not None and table is not None and \
+                table[episode.klass][0] < table[target[0]][target[1]]
+        if not refused:
+            return True
+        self._refused[key] = None
+        while len(self._refused) > 1024 + len(self._blocks) // 8:
+            self._refused.popitem(last=False)
+        if episode.blocks == 0:  # remember its rhythm, boundedly, though it holds nothing
+            self._empty[episode_id] = None
+            self._empty.move_to_end(episode_id)
+            while len(self._empty) > 64 + len(self._blocks) // 8:
+                gone, _ = self._empty.popitem(last=False)
+                if gone in self._episodes and self._episodes[gone].blocks == 0:
+                    del self._episodes[gone]
+        return False
 
     def insert(self, key: BlockKey, size: int, hint: BlockHint | None = None) -> None:
         self._clock += 1
@@ -101,9 +184,18 @@ class EpiCachePolicy(EvictionPolicy):
         episode = self._visit(episode_id)
         depth = hint.depth if hint is not None and hint.depth is not None else 0
         self._seq += 1
-        self._blocks[key] = (episode_id, self._seq)
+        seq = self._seq
+        self._blocks[key] = (episode_id, seq)
         episode.blocks += 1
-        heapq.heappush(episode.heap, (-depth, self._seq, key))
+        if episode.blocks == 1:
+            self._empty.pop(episode_id, None)
+        if self._returns:
+            self._inserts += 1
+            if episode.bucket is None:
+                self._list(episode_id, episode)
+        elif episode.blocks == 1:  # held nothing (bypassed): its heap entries may be gone
+            self._push_rhythm(episode_id, episode)
+        heapq.heappush(episode.heap, (-depth, seq, key))
         if len(episode.heap) > 2 * episode.blocks + 16:
             episode.heap = [e for e in episode.heap if self._blocks.get(e[2], (None, -1))[1] == e[1]]
             heapq.heapify(episode.heap)
@@ -122,13 +214,16 @@ class EpiCachePolicy(EvictionPolicy):
         episode = self._episodes[episode_id]
         episode.blocks -= 1
         if episode.blocks == 0:
+            if episode.bucket is not None:
+                self._unlist(episode_id, episode)
             del self._episodes[episode_id]
         self._ghosts[key] = episode_id
         while len(self._ghosts) > len(self._blocks) + 16:
             self._ghosts.popitem(last=False)
 
     def victim(self, incoming: BlockKey | None = None) -> BlockKey | None:
-        episode = self._coldest_episode()
+        self._full = True
+        episode = self._returns_victim() if self._returns else self._coldest_episode()
         if episode is None:
             return None
         heap, blocks = episode.heap, self._blocks
@@ -162,7 +257,7 @@ class EpiCachePolicy(EvictionPolicy):
 
     # -------------------------------------------------------------------- episodes
 
-    def _episode_for(self, key: Hashable, hint: BlockHint | None) -> Hashable:
+    def _episode_for(self, key: Hashable, hint: BlockHint | None, *, peek: bool = False) -> Hashable:
         if hint is not None:
             if hint.tag is not None:
                 return ("tag", hint.tag)
@@ -174,7 +269,7 @@ class EpiCachePolicy(EvictionPolicy):
                 ghost = self._ghosts.get(parent)
                 if ghost is not None:
                     return ghost
-        ghost = self._ghosts.pop(key, None)
+        ghost = self._ghosts.get(key) if peek else self._ghosts.pop(key, None)
         return ghost if ghost is not None else ("root", key)
 
     def _now(self) -> float:
@@ -190,6 +285,12 @@ class EpiCachePolicy(EvictionPolicy):
         now = self._now()
         if episode is None:
             episode = self._episodes[episode_id] = _Episode(op, now, self._global_log_gap)
+        elif self._returns:
+            gap = now - episode.last
+            self._model.observe(episode.klass, gap)
+            episode.klass = gap_class(gap)
+            episode.log_gap += self._alpha * (math.log2(max(gap, 1e-3)) - episode.log_gap)
+            episode.last, episode.last_op = now, op
         else:
             log_gap = math.log2(max(now - episode.last, 1e-3))
             episode.log_gap += self._alpha * (log_gap - episode.log_gap)
@@ -197,16 +298,25 @@ class EpiCachePolicy(EvictionPolicy):
                 self._global_gaps += 1
             self._global_log_gap += (log_gap - self._global_log_gap) / self._global_gaps
             episode.last, episode.last_op = now, op
+        if self._returns:
+            episode.age_bin = 0
+            if episode.bucket is not None:
+                self._unlist(episode_id, episode)
+                self._list(episode_id, episode)
+            return episode
         gap = 2.0 ** episode.log_gap
         episode.deadline = now + gap * self._patience
         order = self._warm_order
         episode.warm_key = -now if order == "recent" else -(now + gap) if order == "farthest" else now
+        self._push_rhythm(episode_id, episode)
+        return episode
+
+    def _push_rhythm(self, episode_id: Hashable, episode: _Episode) -> None:
         self._seq += 1
         heapq.heappush(self._by_deadline, (episode.deadline, self._seq, episode_id))
         heapq.heappush(self._by_return, (episode.warm_key, self._seq, episode_id))
         if len(self._by_deadline) > 2 * len(self._episodes) + 64:
             self._rebuild_episode_heaps()
-        return episode
 
     def _live_top(self, heap: list[tuple[float, int, Hashable]], field: str) -> _Episode | None:
         """The top episode of ``heap`` whose ``field`` still equals its entry (others are stale)."""
@@ -214,7 +324,7 @@ class EpiCachePolicy(EvictionPolicy):
         while heap:
             value, _, episode_id = heap[0]
             episode = episodes.get(episode_id)
-            if episode is not None and getattr(episode, field) == value:
+            if episode is not None and episode.blocks and getattr(episode, field) == value:
                 return episode
             heapq.heappop(heap)
         return None
@@ -234,3 +344,79 @@ class EpiCachePolicy(EvictionPolicy):
         self._by_return = [(e.warm_key, n, i) for n, (i, e) in enumerate(items)]
         heapq.heapify(self._by_deadline)
         heapq.heapify(self._by_return)
+
+    # -------------------------------------------------------------------- predictor = "returns"
+
+    def _list(self, episode_id: Hashable, episode: _Episode) -> None:
+        """List the episode under (its class, its age bin) and time its move to the next bin."""
+        bucket = (episode.klass, episode.age_bin)
+        self._buckets.setdefault(bucket, OrderedDict())[episode_id] = None
+        episode.bucket = bucket
+        self._victim_bucket = None
+        if episode.age_bin < BINS:
+            self._seq += 1
+            episode.move_seq = self._seq
+            heapq.heappush(self._moves, (episode.last + EDGES[episode.age_bin], self._seq, episode_id))
+            if len(self._moves) > 2 * len(self._episodes) + 64:
+                live = self._episodes
+                self._moves = [m for m in self._moves if m[2] in live and live[m[2]].move_seq == m[1]]
+                heapq.heapify(self._moves)
+
+    def _unlist(self, episode_id: Hashable, episode: _Episode) -> None:
+        assert episode.bucket is not None
+        members = self._buckets[episode.bucket]
+        del members[episode_id]
+        if not members:
+            del self._buckets[episode.bucket]
+        episode.bucket = None
+        episode.move_seq = 0
+        self._victim_bucket = None
+
+    def _age_episodes(self, now: float) -> None:
+        """Move every episode whose age crossed its bin's upper edge into the bin it is in now."""
+        moves, episodes = self._moves, self._episodes
+        while moves and moves[0][0] <= now:
+            _, seq, episode_id = heapq.heappop(moves)
+            episode = episodes.get(episode_id)
+            if episode is None or episode.move_seq != seq or episode.bucket is None:
+                continue
+            self._unlist(episode_id, episode)
+            # at least one bin on: an age a rounding error below its edge must not loop here
+            episode.age_bin = min(BINS, max(episode.age_bin + 1, age_bin(now - episode.last)))
+            self._list(episode_id, episode)
+
+    def _table(self) -> list[list[float]] | None:
+        """The model's scores for the current horizon: the tier's turnover time x ``horizon``."""
+        now = self._now()
+        mark = self._rate_mark
+        if mark is None:
+            self._rate_mark = (now, self._inserts)
+        elif self._inserts - mark[1] >= 1024 and now > mark[0]:
+            rate = (self._inserts - mark[1]) / (now - mark[0])
+            self._insert_rate = rate if self._insert_rate == 0.0 else 0.8 * self._insert_rate + 0.2 * rate
+            self._rate_mark = (now, self._inserts)
+        if self._insert_rate <= 0.0:
+            return None
+        table = self._model.table(self._horizon * len(self._blocks) / self._insert_rate)
+        if table is not self._scores:
+            self._scores = table
+            self._victim_bucket = None
+        return table
+
+    _scores: list[list[float]] | None = None
+
+    def _victim_target(self, table: list[list[float]]) -> tuple[int, int] | None:
+        """The (class, age bin) of the episodes least likely to return within the horizon (oldest on ties)."""
+        self._age_episodes(self._now())
+        if self._victim_bucket is None and self._buckets:
+            self._victim_bucket = min(self._buckets, key=lambda b: (table[b[0]][b[1]], -b[1]))
+        return self._victim_bucket
+
+    def _returns_victim(self) -> _Episode | None:
+        table = self._table()
+        if table is None:  # nothing learnt yet: the least recently visited episode goes
+            self._age_episodes(self._now())
+            oldest = max(self._buckets, key=lambda b: (b[1], -b[0]), default=None)
+            return None if oldest is None else self._episodes[next(iter(self._buckets[oldest]))]
+        target = self._victim_target(table)
+        return None if target is None else self._episodes[next(iter(self._buckets[target]))]
