@@ -259,6 +259,24 @@ def test_a_chunk_displaced_from_its_row_before_its_turn_is_counted_lost(tmp_path
     tier.shutdown()
 
 
+def test_the_model_refreshes_only_the_chunks_vllms_cpu_tier_refreshes(tmp_path: Path) -> None:
+    """Chunks a request hit in device KV are not refreshed in vLLM's CPU-tier LRU, so not in our model."""
+    from lifeboatcache_vllm.tier import cpu_tier_uses
+    from vllm.v1.kv_offload.cpu.manager import _RequestCacheAccess
+
+    tier, _ = make_tier(file_config(tmp_path / "t"))
+    tier.submit_store(TransferJob(1, SESSION_A, np.arange(4, dtype=np.int32), False, chain_context("a1", SESSION_A)))
+    tier.submit_store(TransferJob(2, SESSION_B[:2], np.asarray([4, 5], np.int32), False,
+                                  chain_context("b1", SESSION_B[:2])))
+    ctx = chain_context("a2", SESSION_A)  # A0, A1 hit in device KV; vLLM's CPU tier saw only A3, A2
+    ctx.set_state(_RequestCacheAccess(owner=None, cache_generation=0, key_groups={0: [SESSION_A[3], SESSION_A[2]]}))
+    assert cpu_tier_uses(ctx) == [SESSION_A[2], SESSION_A[3]]  # head to tail, by position
+    assert cpu_tier_uses(chain_context("x", SESSION_A)) is None  # vLLM recorded nothing: not known
+    tier.on_request_finished(ctx)
+    assert tier._shadow.coldest(4) == [SESSION_A[0], SESSION_A[1], *SESSION_B[:2]]
+    tier.shutdown()
+
+
 def test_inclusive_when_asked_stores_every_chunk_at_once(tmp_path: Path) -> None:
     """exclusive_when_full = false: vLLM's write-through, the full tier evicts for every new chunk."""
     tier, _ = full_tier_holding_a(tmp_path, exclusive_when_full=False)

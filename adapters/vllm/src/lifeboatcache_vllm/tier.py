@@ -43,6 +43,11 @@ from vllm.v1.kv_offload.base import (
 )
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
+try:  # what vLLM's CPU tier records per request (see cpu_tier_uses)
+    from vllm.v1.kv_offload.cpu.manager import _RequestCacheAccess
+except ImportError:  # another vLLM: the shadow refreshes the whole chain instead
+    _RequestCacheAccess = None
+
 from lifeboatcache_vllm.cpu_shadow import CpuTierShadow
 from lifeboatcache_vllm.fingerprint import namespace_for
 from lifeboatcache_vllm.settings import EXTRA_KEY, ensure_log_handler, on_error_of, resolve_config
@@ -110,6 +115,28 @@ def request_chain(req_context: ReqContext) -> list[OffloadKey]:
     """Every offload key of a request, head to tail: the chunks its prompt (and output) used."""
     positions = key_positions(req_context)
     return sorted(positions, key=positions.__getitem__)
+
+
+def cpu_tier_uses(req_context: ReqContext) -> list[OffloadKey] | None:
+    """The chunks vLLM's CPU tier refreshes as this request finishes, head to tail (None: not known).
+
+    vLLM's CPU tier records per request only the chunks it loaded to the device or was offered
+    to store (``_RequestCacheAccess`` in the request context), not those that hit in device KV,
+    and its LRU refreshes exactly those (``LRUCachePolicy.on_request_finished``). Our model of
+    that tier (``CpuTierShadow``) must refresh the same ones, or it keeps chunks vLLM has
+    already dropped. A private class of vLLM 0.32/0.33: without it, None, and the caller falls
+    back to the whole chain.
+    """
+    if _RequestCacheAccess is None:
+        return None
+    state = req_context.get_state(_RequestCacheAccess)
+    if state is None:
+        return None
+    keys = [key for group in sorted(state.key_groups) for key in state.key_groups[group]]
+    positions = key_positions(req_context)
+    if all(key in positions for key in keys):
+        keys.sort(key=positions.__getitem__)
+    return keys
 
 
 class LifeboatTierError(RuntimeError):
@@ -431,7 +458,8 @@ class LifeboatTier(SecondaryTierManager):
             self._touch_after[req_id] = chain
         else:
             cache.touch(chain)
-        self._shadow.use(keys_tail_first)
+        uses = cpu_tier_uses(req_context)
+        self._shadow.use(keys_tail_first if uses is None else reversed(uses))
         self._demote_coldest()  # after the touch: what lands now is newer than the chain
 
     def _store_finished(self, req_id: str) -> None:
