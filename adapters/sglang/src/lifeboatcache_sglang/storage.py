@@ -70,6 +70,7 @@ class _Counters:
         self.exists_queried = self.exists_hit = 0
         self.pages_read = self.pages_read_missed = self.pages_written = self.pages_write_failed = 0
         # v2 sidecar pools (Mamba/SWA/indexer pages of hybrid models), all pools together
+        self.sidecar_exists_queried = self.sidecar_exists_hit = 0
         self.sidecar_pages_read = self.sidecar_pages_read_missed = 0
         self.sidecar_pages_written = self.sidecar_pages_write_failed = 0
         # drained by get_stats() (SGLang's StorageMetrics shape)
@@ -300,8 +301,8 @@ class LifeboatHiCacheStorage(HiCacheStorage):
             return [False] * len(keys)
         present = self.cache.exists(self._sidecar_keys(sidecar, keys))
         with self.counters.lock:
-            self.counters.exists_queried += len(keys)
-            self.counters.exists_hit += sum(present)
+            self.counters.sidecar_exists_queried += len(keys)
+            self.counters.sidecar_exists_hit += sum(present)
         return present
 
     def _transfer_plan(self, transfer: PoolTransfer) -> tuple[_SidecarPool, list[str]] | None:

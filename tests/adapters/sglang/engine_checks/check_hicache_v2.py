@@ -254,6 +254,9 @@ def test_kv_mamba_swa_round_trip_through_the_controller_and_a_restart(
     assert got["query"] == {PoolName.KV: 6, PoolName.SWA: 6, PoolName.MAMBA: 6}
     assert got["kv_tokens"] == 6 * PAGE and got["pool_hits"] == {PoolName.SWA: SWA_WINDOW, PoolName.MAMBA: 1}
     assert got["kv"] == expected["kv"] and got["swa"] == expected["swa"] and got["mamba"] == expected["mamba"]
+    counters = second.stats()["sglang"]
+    assert counters["exists_queried"] == 6 and counters["sidecar_exists_queried"] == 12  # KV and sidecars apart
+    assert counters["sidecar_pages_read"] == SWA_WINDOW + 1 and counters["pages_read"] == 6
 
 
 def test_a_trailing_window_restores_page_5_while_3_and_4_are_not(
