@@ -104,12 +104,17 @@ class FileBackend(Backend):
         super().__init__(config, tier=tier)
         self.config: FileConfig = config
         self.root = Path(config.path)
+        self._fsync = config.durability == "fsync"
+        created = _missing_dirs(str(self.root))
         self.root.mkdir(parents=True, exist_ok=True)
         self._root = str(self.root)
         self._dirs: set[str] = set()
+        self._synced: set[str] = set()  # directories whose entries we made durable (fsync only)
         self._dirs_lock = threading.Lock()
         self._scratch = _Scratch()
-        self._fsync = config.durability == "fsync"
+        if self._fsync:
+            for directory in created:
+                _fsync_dir(os.path.dirname(directory))
         self._direct = config.o_direct and hasattr(os, "O_DIRECT")
         self._reserve = int(config.reserve_free_gb * GB)
         # payload bytes -> header bytes of the last block seen with that payload size
@@ -122,10 +127,28 @@ class FileBackend(Backend):
         return f"{self._root}/{key.namespace}/{h[0:2]}/{h[2:4]}/{h}{SUFFIX}"
 
     def _ensure_dir(self, directory: str) -> None:
+        """Create a shard folder once. With ``durability = "fsync"`` its name must survive a power
+        cut too: a block's ``rename`` is made durable by syncing its folder, but a folder made
+        by ``makedirs`` is itself only a name in its parent until the parent is synced (found by
+        the power-cut filesystem of tests/reliability: every acknowledged block of a new tier
+        was gone). So each ancestor up to the tier root is synced once per process, under the
+        lock, before any block in it is acknowledged."""
         if directory in self._dirs:
             return
-        os.makedirs(directory, exist_ok=True)
+        if not self._fsync:
+            os.makedirs(directory, exist_ok=True)
+            with self._dirs_lock:
+                self._dirs.add(directory)
+            return
         with self._dirs_lock:
+            if directory in self._dirs:
+                return
+            os.makedirs(directory, exist_ok=True)
+            parent = os.path.dirname(directory)
+            while len(parent) >= len(self._root) and parent not in self._synced:
+                _fsync_dir(parent)
+                self._synced.add(parent)
+                parent = os.path.dirname(parent)
             self._dirs.add(directory)
 
     # ------------------------------------------------------------------ write
@@ -411,15 +434,11 @@ class FileBackend(Backend):
     def _sweep_partial(self, entry: os.DirEntry[str]) -> int:
         """Delete a partial whose writer is dead (same host) or that is stale (any host)."""
         try:
-            tag = entry.name[: -len(PARTIAL)].rsplit(".", 1)[1]
-            host, pid, _ = tag.split("-")
-            alive = host == _HOST and _pid_alive(int(pid))
-            stale = time.time() - entry.stat().st_mtime > self.config.stale_partial_seconds
-            if alive and not stale:
+            if not partial_writer_gone(entry.name, entry.stat().st_mtime, self.config.stale_partial_seconds):
                 return 0
             os.unlink(entry.path)
             return 1
-        except (ValueError, IndexError, OSError):
+        except OSError:
             return 0
 
     def describe_namespace(self, namespace: str, info: dict[str, object]) -> None:
@@ -491,6 +510,35 @@ def _is_aligned(buf: Buffer) -> bool:
     if n == 0 or n % DIRECT_ALIGN:
         return False
     return int(np.frombuffer(buf, np.uint8).ctypes.data) % DIRECT_ALIGN == 0
+
+
+def partial_writer_gone(name: str, mtime: float, stale_partial_seconds: float) -> bool:
+    """Whether the writer of the ``.partial`` file ``name`` is gone, so the file may be removed.
+
+    The name carries ``<host>-<pid>``: on this host a dead pid means a dead writer. Another
+    host's pid means nothing here (on a shared NFS/ONTAP tier its writer may be mid-block), so
+    there, and for a name we cannot read, only age tells: older than ``stale_partial_seconds``.
+    """
+    if time.time() - mtime > stale_partial_seconds:
+        return True
+    try:
+        tag = name[: -len(PARTIAL)].rsplit(".", 1)[1]
+        host, pid, _ = tag.split("-")
+        return host == _HOST and not _pid_alive(int(pid))
+    except (ValueError, IndexError):
+        return False
+
+
+def _missing_dirs(path: str) -> list[str]:
+    """``path`` and those of its ancestors that do not exist yet, top-down (what makedirs will create)."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing[::-1]
 
 
 def _fsync_dir(directory: str) -> None:
