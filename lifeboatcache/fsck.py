@@ -1,9 +1,15 @@
 """``fsck`` for a file tier: verify every block and compare the files with the manifest.
 
-Counts ok / corrupt / partial / orphan (a file without a manifest row) / missing (a row
-without a file) / foreign (a valid block of another key or namespace at this path). With
-``fix``: damaged and foreign blocks are quarantined, dead writers' partial files removed,
-and the manifest made to match the files (files are the truth).
+Counts ok / corrupt / partial (a dead writer's ``.partial``) / in_flight (a live writer's:
+not a problem) / orphan (a file without a manifest row) / missing (a row without a file) /
+foreign (a valid block of another key or namespace at this path). With ``fix``: damaged and
+foreign blocks are quarantined, dead writers' partial files removed, and the manifest made to
+match the files (files are the truth).
+
+fsck may run on a live tier, and a shared one (NFS, ONTAP) has writers on other hosts: a
+partial file is only removed when its writer is gone, by the same rule the tier's own sweep
+uses (:func:`~lifeboatcache_core.builtin.file.partial_writer_gone`): a dead ``<pid>`` of this
+host, or older than ``stale_partial_seconds`` for any host.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lifeboatcache_core.builtin.file import MANIFEST_NAME, PARTIAL, FileBackend, FileConfig
+from lifeboatcache_core.builtin.file import MANIFEST_NAME, PARTIAL, FileBackend, FileConfig, partial_writer_gone
 from lifeboatcache_core.errors import CorruptBlockError
 from lifeboatcache_core.integrity import BlockSigner
 from lifeboatcache_core.keys import BlockKey
@@ -31,6 +37,7 @@ class FsckReport:
     ok: int = 0
     corrupt: int = 0
     partial: int = 0
+    in_flight: int = 0  # partial files of live writers (left alone)
     orphan: int = 0
     missing: int = 0
     foreign: int = 0
@@ -66,11 +73,14 @@ def _tier_name(manifest_path: Path) -> str | None:
 
 
 def fsck(path: str | os.PathLike[str], *, fix: bool = False, tier: str | None = None,
-         signer: BlockSigner | None = None) -> FsckReport:
+         signer: BlockSigner | None = None,
+         stale_partial_seconds: float = FileConfig.model_fields["stale_partial_seconds"].default) -> FsckReport:
     """Check the file tier at ``path``; with ``fix`` repair what can be repaired.
 
     ``signer``: the tier is keyed (``integrity = "keyed"``): a block whose tag does not verify
     counts as corrupt (a block planted without the key is intact by its hash alone).
+    ``stale_partial_seconds``: the tier's option of that name (another host's partial file is
+    in flight until it is older than this).
     """
     root = Path(path)
     if not root.is_dir():
@@ -85,10 +95,20 @@ def fsck(path: str | os.PathLike[str], *, fix: bool = False, tier: str | None = 
         manifest = Manifest(sqlite_url(manifest_path), name)
         rows = {BlockKey.trusted(ns, d): n for ns, d, n in manifest.load()}
 
-    partials = [p for p in root.rglob(f"*{PARTIAL}") if not p.name.startswith("NAMESPACE")]
+    partials: list[Path] = []
+    for p in root.rglob(f"*{PARTIAL}"):
+        if p.name.startswith("NAMESPACE"):
+            continue
+        try:
+            gone = partial_writer_gone(p.name, p.stat().st_mtime, stale_partial_seconds)
+        except FileNotFoundError:  # its writer finished meanwhile
+            continue
+        if gone:
+            partials.append(p)
+            report.note("partial", str(p.relative_to(root)))
+        else:
+            report.in_flight += 1
     report.partial = len(partials)
-    for p in partials:
-        report.note("partial", str(p.relative_to(root)))
 
     on_disk: set[BlockKey] = set()
     damaged: list[tuple[BlockKey, str]] = []
