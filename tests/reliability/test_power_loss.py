@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,7 +37,7 @@ FIRST_MAX_OPS = 150
 
 
 @pytest.fixture
-def rig_factory(tmp_path: Path) -> Iterator[object]:
+def rig_factory(tmp_path: Path) -> Iterator[Callable[..., PowerCutRig]]:
     assert shutil.which("fusermount3"), "fuse3 is a test requirement (.ci/setup.d/20-fuse.sh installs it)"
     rigs: list[PowerCutRig] = []
 
@@ -62,7 +62,7 @@ def _run(rig: PowerCutRig, rounds: int, seed: int, *, stop_at_first_loss: bool =
     return rig.ledger
 
 
-def test_fsync_keeps_every_acknowledged_block_across_power_cuts(rig_factory) -> None:  # type: ignore[no-untyped-def]
+def test_fsync_keeps_every_acknowledged_block_across_power_cuts(rig_factory: Callable[..., PowerCutRig]) -> None:
     ledger = _run(rig_factory("fsync"), ROUNDS["fsync"], seed=19, stop_at_first_loss=True)
     CUTS["fsync"] = ledger
     assert not ledger.lost, f"{len(ledger.lost)} acknowledged blocks lost, e.g. {sorted(ledger.lost)[:5]}"
@@ -73,7 +73,7 @@ def test_fsync_keeps_every_acknowledged_block_across_power_cuts(rig_factory) -> 
     assert len(ledger.acked) > ROUNDS["fsync"] and ledger.deleted and len(ledger.cut_at) >= 6
 
 
-def test_none_never_serves_a_torn_block_and_recovers(rig_factory) -> None:  # type: ignore[no-untyped-def]
+def test_none_never_serves_a_torn_block_and_recovers(rig_factory: Callable[..., PowerCutRig]) -> None:
     ledger = _run(rig_factory("none"), ROUNDS["none"], seed=20)
     CUTS["none"] = ledger
     assert ledger.checked == ledger.rounds + 1, f"some restarts did not finish their check: {ledger.problems[:3]}"
@@ -83,7 +83,8 @@ def test_none_never_serves_a_torn_block_and_recovers(rig_factory) -> None:  # ty
 
 
 @pytest.mark.parametrize("variant", ["no-dir-fsync", "no-new-dir-fsync"])
-def test_negative_control_a_skipped_directory_fsync_is_caught(rig_factory, variant: str) -> None:  # type: ignore[no-untyped-def]
+def test_negative_control_a_skipped_directory_fsync_is_caught(rig_factory: Callable[..., PowerCutRig],
+                                                              variant: str) -> None:
     """The suite can fail: a backend that acknowledges before the names are durable loses blocks."""
     ledger = _run(rig_factory("fsync", torn=False, variant=variant), 100, seed=21, stop_at_first_loss=True)
     CUTS[f"control {variant}"] = ledger
