@@ -44,12 +44,12 @@ from lifeboatcache.traces import Conversation
 #: rhythm of the previous defaults), the model's horizon, and the bypass rule
 TUNABLES: dict[str, list[dict[str, Any]]] = {
     "epicache": [
+        {"predictor": "rhythm", "bypass": "holes"},
+        {"predictor": "rhythm", "bypass": "off"},
         {"predictor": "returns", "bypass": "unlikely", "horizon": 1.0},
         {"predictor": "returns", "bypass": "holes", "horizon": 1.0},
         {"predictor": "returns", "bypass": "off", "horizon": 1.0},
         {"predictor": "returns", "bypass": "holes", "horizon": 3.0},
-        {"predictor": "rhythm", "bypass": "holes"},
-        {"predictor": "rhythm", "bypass": "off"},
     ],
 }
 

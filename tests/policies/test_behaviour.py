@@ -172,7 +172,7 @@ def test_epicache_first_gap_of_a_new_episode_is_the_mean_so_far() -> None:
 
 def _learnt_returns(bypass: str = "unlikely") -> tuple[EpiCachePolicy, FakeClock]:
     """The return model after 200 visits of agents that come back every 10-20 s (tool calls)."""
-    epi = EpiCachePolicy(EpiCacheConfig(bypass=bypass))  # type: ignore[arg-type]
+    epi = EpiCachePolicy(EpiCacheConfig(predictor="returns", bypass=bypass))  # type: ignore[arg-type]
     epi.clock = clock = FakeClock()
     for turn in range(100):
         for s, tag in enumerate(("a", "b")):
