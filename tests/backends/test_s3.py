@@ -21,11 +21,18 @@ from lifeboatcache_core.chunkfile import BlockMeta
 from lifeboatcache_core.config import LifeboatConfig
 from lifeboatcache_core.errors import CorruptBlockError, TierUnavailableError
 from lifeboatcache_core.keys import BlockKey
-from lifeboatcache_core.testing import BackendContract, CorruptionContract, backend_state_machine
+from lifeboatcache_core.testing import (
+    BackendContract,
+    ClaimedSizeContract,
+    CorruptionContract,
+    backend_state_machine,
+    claiming_block,
+)
 from lifeboatcache_core.testing.contracts import key
 
 from tests.backends.backend_checks import RecoveryHelperChecks
 from tests.backends.backend_faultproxy import FaultProxy
+from tests.backends.backend_lying_s3 import LyingS3
 from tests.backends.backend_servers import MotoServer, free_port
 from tests.backends.conftest import AWS_TEST_ENV
 
@@ -64,10 +71,22 @@ def contract_s3(endpoint: str, bucket: str, where: Path) -> S3Backend:
 
 
 @pytest.mark.usefixtures("aws_env")
-class TestS3Contract(RecoveryHelperChecks, BackendContract, CorruptionContract):
+class TestS3Contract(RecoveryHelperChecks, BackendContract, CorruptionContract, ClaimedSizeContract):
     @pytest.fixture(autouse=True)
-    def _server(self, moto: MotoServer, contract_bucket: str) -> None:
+    def _server(self, moto: MotoServer, contract_bucket: str) -> Iterator[None]:
         self.endpoint, self.bucket = moto.endpoint, contract_bucket
+        self._liars: list[LyingS3] = []
+        yield
+        for liar in self._liars:
+            liar.__exit__()
+
+    def make_claiming_backend(self, tmp_path: Path, k: BlockKey, claimed: int) -> S3Backend:
+        """An endpoint whose object says 1 TiB and sends 12 MiB: the first part and two ranged
+        parts arrive whole (5 MiB parts), the next is cut short."""
+        liar = LyingS3(*claiming_block(k, claimed, 12 * 2**20)).__enter__()
+        self._liars.append(liar)
+        options = s3_options(liar.endpoint, "liar", part_size_mb=5, multipart_threshold_mb=5, max_attempts=1)
+        return S3Backend(S3Config(**options), tier="s3")
 
     def make_backend(self, tmp_path: Path) -> S3Backend:
         return contract_s3(self.endpoint, self.bucket, tmp_path)

@@ -16,11 +16,13 @@ from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.manifest import Manifest, sqlite_url
 from lifeboatcache_core.testing import (
     BackendContract,
+    ClaimedSizeContract,
     CodecContract,
     CorruptionContract,
     ManifestStoreContract,
     PolicyContract,
     backend_state_machine,
+    claiming_block,
 )
 
 
@@ -36,8 +38,16 @@ class _FileDamage:
         with open(path, "wb") as fh:
             fh.write(mutate(raw))
 
+    def make_claiming_backend(self, tmp_path: Path, k: BlockKey, claimed: int) -> FileBackend:
+        """A 3 MiB block file whose header claims ``claimed`` bytes (the file's size cannot lie)."""
+        backend = self.make_backend(tmp_path)  # type: ignore[attr-defined]
+        path = Path(backend.path_of(k))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(claiming_block(k, claimed, 3 * 2**20)[0])
+        return backend
 
-class TestFileBackend(_FileDamage, BackendContract, CorruptionContract):
+
+class TestFileBackend(_FileDamage, BackendContract, CorruptionContract, ClaimedSizeContract):
     def make_backend(self, tmp_path: Path) -> FileBackend:
         return file_backend(tmp_path)
 
@@ -47,7 +57,7 @@ class TestFileBackendFsync(BackendContract):
         return file_backend(tmp_path, durability="fsync")
 
 
-class TestFileBackendDirect(_FileDamage, BackendContract, CorruptionContract):
+class TestFileBackendDirect(_FileDamage, BackendContract, CorruptionContract, ClaimedSizeContract):
     def make_backend(self, tmp_path: Path) -> FileBackend:
         return file_backend(tmp_path, o_direct=True)
 

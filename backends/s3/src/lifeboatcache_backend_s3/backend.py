@@ -25,7 +25,7 @@ import os
 import secrets
 import socket
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 import boto3
@@ -212,36 +212,72 @@ class S3Backend(Backend):
 
     def _read_large(self, name: str, body: Any, etag: str, total: int, key: BlockKey,
                     dest: memoryview | None) -> tuple[BlockMeta, memoryview]:
-        """Header and first part from the open body, the rest as parallel ranged GETs into place."""
+        """Header and first part from the open body, the rest as parallel ranged GETs.
+
+        ``total`` and the header's payload length are what the store says: a hostile or broken
+        store can claim 1 TiB. So nothing is allocated for a claim: with the caller's ``dest``
+        of the payload's size the parts land in place (copy-free); without one the payload
+        grows with the bytes received, one window of ``parallel_parts`` parts at a time, and a
+        stream that ends early stops the read after that window (``S3Error``).
+        """
         head = bytearray(FIXED_LEN)
         _fill(body, memoryview(head))
         header_len = parse_fixed(head)[0]
+        if header_len > min(total, self.config.part_size):
+            raise CorruptBlockError(f"header_len {header_len} exceeds the first part of the block")
         head.extend(bytes(max(0, header_len - FIXED_LEN)))
         _fill(body, memoryview(head)[FIXED_LEN:])
         header = parse_header(head, total, key)
         n = header.payload_len
-        payload: Buffer = dest if dest is not None and dest.nbytes == n else bytearray(n)
-        trailer = bytearray(TRAILER_LEN)
-        # The object from header_len on is payload followed by trailer: two destination views.
-        targets = [memoryview(payload).cast("B"), memoryview(trailer)]
-        first = min(n, self.config.part_size - header_len)
-        _fill(body, targets[0][:first])
         size = self.config.part_size
+        first = min(n, size - header_len)
+        starts = range(header_len + first, total, size)
 
-        def fetch(start: int) -> None:
+        def fetch(start: int, targets: list[memoryview], base: int) -> None:
             end = min(start + size, total)
             resp = self._call(f"GET {name} bytes {start}-{end - 1}", self.client.get_object, Key=name,
                               Range=f"bytes={start}-{end - 1}", IfMatch=etag)
             part_body = resp["Body"]
             try:
-                for view in _slices(targets, start - header_len, end - header_len):
+                for view in _slices(targets, start - base, end - base):
                     _fill(part_body, view)
             finally:
                 part_body.close()
 
-        list(self._parts.map(fetch, range(header_len + first, total, size)))
+        trailer = bytearray(TRAILER_LEN)
+        if dest is not None and dest.nbytes == n:
+            payload: Buffer = dest
+            # The object from header_len on is payload followed by trailer: two destination views.
+            targets = [memoryview(dest).cast("B"), memoryview(trailer)]
+            _fill(body, targets[0][:first])
+            self._in_windows(starts, lambda start: fetch(start, targets, header_len))
+        else:
+            grown = bytearray(first)  # the object's bytes from header_len on, as they arrive
+            _fill(body, memoryview(grown))
+            window = max(1, self.config.parallel_parts)
+            for i in range(0, len(starts), window):
+                group = starts[i:i + window]
+                parts = {start: bytearray(min(start + size, total) - start) for start in group}
+                self._in_windows(group, lambda start, parts=parts: fetch(start, [memoryview(parts[start])], start))
+                for start in group:
+                    grown += parts.pop(start)
+            if len(grown) != n + TRAILER_LEN:
+                raise CorruptBlockError(f"block has {len(grown)} bytes after its header, expected {n + TRAILER_LEN}")
+            trailer[:] = grown[n:]
+            del grown[n:]
+            payload = grown
         check_trailer(trailer, n, (payload,))
         return header.meta, memoryview(payload)
+
+    def _in_windows(self, starts: Sequence[int], fetch: Callable[[int], None]) -> None:
+        """Run ``fetch`` over ``starts`` on the parts pool, ``parallel_parts`` requests at a time;
+        the first failure stops what is not yet sent (a cut stream is not asked for 1 TiB more)."""
+        window = max(1, self.config.parallel_parts)
+        for i in range(0, len(starts), window):
+            futures = [self._parts.submit(fetch, start) for start in starts[i:i + window]]
+            wait(futures)
+            for future in futures:
+                future.result()
 
     # ------------------------------------------------------------------ other ops
 

@@ -11,20 +11,24 @@ Import requires pytest and hypothesis (``pip install 'lifeboatcache-core[testing
 
 from lifeboatcache_core.testing.contracts import (
     BackendContract,
+    ClaimedSizeContract,
     CodecContract,
     CorruptionContract,
     ManifestStoreContract,
     PolicyContract,
+    claiming_block,
     random_kv,
 )
 from lifeboatcache_core.testing.statemachine import backend_state_machine
 
 __all__ = [
     "BackendContract",
+    "ClaimedSizeContract",
     "CodecContract",
     "CorruptionContract",
     "ManifestStoreContract",
     "PolicyContract",
     "backend_state_machine",
+    "claiming_block",
     "random_kv",
 ]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lifeboatcache_core.abc import Backend, Codec, EvictionPolicy, KVLayout, ManifestStore
-from lifeboatcache_core.chunkfile import BlockMeta
+from lifeboatcache_core.chunkfile import TRAILER_LEN, BlockMeta, build_header
 from lifeboatcache_core.errors import CorruptBlockError
 from lifeboatcache_core.keys import BlockKey
 
@@ -199,6 +199,49 @@ class BackendContract:
                 assert not other.exists(key(11))
         finally:
             other.close()
+
+
+def claiming_block(k: BlockKey, claimed: int, sent: int) -> tuple[bytes, int]:
+    """The first ``sent`` bytes of a block whose valid header claims a payload of ``claimed``
+    bytes, and the whole block's size that goes with the claim (what a lying store reports)."""
+    header = build_header(BlockMeta.new(k, claimed), claimed)
+    return header + bytes(max(0, sent - len(header))), len(header) + claimed + TRAILER_LEN
+
+
+class ClaimedSizeContract:
+    """For backends that learn a block's size from a store they do not control (an object
+    store's ``Content-Range``, a file's header): a store that claims 1 TiB and sends a few MiB
+    must cost a few MiB, never the claim. Allocation follows the bytes received.
+
+    Implement ``make_claiming_backend(tmp_path, key, claimed)``: a backend of this kind whose
+    store describes ``key`` as a block of ``claimed`` payload bytes (its size as the store
+    reports it, and a valid header: :func:`claiming_block` gives both) and then sends only its first
+    few MiB. The read must fail as a miss (``KeyError``, ``CorruptBlockError`` or ``OSError``),
+    with ``tracemalloc``'s peak under ``PEAK_LIMIT``.
+    """
+
+    CLAIMED = 2**40
+    PEAK_LIMIT = 64 * 2**20
+
+    def make_claiming_backend(self, tmp_path: Path, k: BlockKey, claimed: int) -> Backend:
+        raise NotImplementedError
+
+    @pytest.mark.parametrize("with_dest", [False, True], ids=["no-dest", "small-dest"])
+    def test_a_claimed_size_is_never_allocated(self, tmp_path: Path, with_dest: bool) -> None:
+        k = key(7)
+        backend = self.make_claiming_backend(tmp_path, k, self.CLAIMED)
+        dest = memoryview(bytearray(4096)) if with_dest else None
+        try:
+            tracemalloc.start()
+            try:
+                with pytest.raises((KeyError, CorruptBlockError, OSError)):
+                    backend.read(k, dest)
+                _current, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+        finally:
+            backend.close()
+        assert peak < self.PEAK_LIMIT, f"reading a block that claims {self.CLAIMED} bytes allocated {peak} bytes"
 
 
 class CorruptionContract:
