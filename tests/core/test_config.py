@@ -117,4 +117,24 @@ def test_cli_config_validate(tmp_path: Path) -> None:
     result = _cli("config", "validate", str(bad))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "fsync: unknown key" in lines[0]
+    assert lines[0].endswith("1 problem") and len(lines) == 2 and "tiers.0.fsync: unknown key" in lines[1]
+
+
+def test_cli_config_validate_lists_every_problem_at_once(tmp_path: Path) -> None:
+    """An unknown backend name and a wrong type in one tier, a misspelt option in another and
+    an unknown engine key: all four, each with its key path, names with the did-you-mean."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[[tiers]]\nname = "nvme"\nbackend = "fille"\ncapacity_gb = "lots"\n\n'
+        f'[[tiers]]\nname = "disk"\nbackend = "file"\ncapacity_gb = 1\npath = "{tmp_path}"\n'
+        'durabilty = "fsync"\n\n[engine]\non_eror = "serve"\n')
+    result = _cli("config", "validate", str(bad))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].endswith("4 problems"), result.stderr
+    problems = {line.strip().split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines[1:]}
+    assert set(problems) == {"tiers.0.backend", "tiers.0.capacity_gb", "tiers.1.durabilty", "engine.on_eror"}
+    assert "Did you mean 'file'?" in problems["tiers.0.backend"]
+    assert "did you mean 'durability'?" in problems["tiers.1.durabilty"]
+    assert "did you mean 'on_error'?" in problems["engine.on_eror"]
+    assert "valid number" in problems["tiers.0.capacity_gb"]

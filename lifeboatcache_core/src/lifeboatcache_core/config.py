@@ -13,6 +13,7 @@ against that backend's config model, so a typo in ``path`` is caught at config t
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Callable
@@ -239,18 +240,96 @@ def validation_problems(exc: ValidationError, model: type[BaseModel]) -> list[tu
 
     The dashboard shows these next to the field they name; ``format_validation_error`` joins them.
     """
-    problems = []
-    for err in exc.errors():
+    return [_problem(err, model) for err in exc.errors()]
+
+
+def _problem(err: Any, model: type[BaseModel]) -> tuple[str, str]:
+    loc = tuple(err["loc"])
+    where = ".".join(str(p) for p in loc) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        return where, _unknown_key(str(loc[-1]) if loc else "", _valid_keys(model, loc[:-1]))
+    if err["type"] == "missing":
+        return where, "required key is missing"
+    return (where if loc else "", err["msg"].removeprefix("Value error, "))
+
+
+def _unknown_key(name: str, valid: list[str] | None) -> str:
+    close = difflib.get_close_matches(name, valid or [], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return "unknown key" + (f"; valid keys: {', '.join(valid)}" if valid else "") + hint
+
+
+#: a tier's problem found by the plugin checks, not the field checks (see ``config_problems``)
+_TIER_LEVEL = ("value_error", "assertion_error")
+
+
+def config_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every problem of a config mapping at once: ``(key path, reason)``, in file order.
+
+    ``load_config_dict`` stops a tier at its first kind of problem: its plugin names and
+    options are checked only once its own fields are valid, and its backend's options arrive
+    as one message. A person fixing a file wants the whole list (``lifeboatcache config
+    validate``): so each tier's plugin names (with the did-you-mean) and plugin options are
+    checked here on their own, each option under its key path (``tiers.0.path``), and an
+    unknown key of a tier is offered the closest of the tier's keys and its backend's options.
+    """
+    try:
+        LifeboatConfig.model_validate(data)
+        return []
+    except ValidationError as exc:
+        errors = exc.errors()
+    tiers = data.get("tiers")
+    plugin_problems = {i: _tier_plugin_problems(i, t) for i, t in enumerate(tiers if isinstance(tiers, list) else [])
+                       if isinstance(t, dict)}
+    problems: list[tuple[str, str]] = []
+    for err in errors:
         loc = tuple(err["loc"])
-        where = ".".join(str(p) for p in loc) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            valid = _valid_keys(model, loc[:-1])
-            problems.append((where, "unknown key" + (f"; valid keys: {', '.join(valid)}" if valid else "")))
-        elif err["type"] == "missing":
-            problems.append((where, "required key is missing"))
-        else:
-            problems.append((where if loc else "", err["msg"].removeprefix("Value error, ")))
+        tier_level = len(loc) == 2 and loc[0] == "tiers" and isinstance(loc[1], int)
+        if tier_level and err["type"] in _TIER_LEVEL and plugin_problems.get(loc[1]):
+            continue  # the plugin checks below say it, key by key
+        problems.append(_problem(err, LifeboatConfig))
+    for i in sorted(plugin_problems):
+        problems.extend(plugin_problems[i])
     return problems
+
+
+def _tier_plugin_problems(i: int, tier: dict[str, Any]) -> list[tuple[str, str]]:
+    """The plugin names and options of tier ``i``, whatever its other fields say."""
+    from lifeboatcache_core.plugins import get_registry
+
+    registry = get_registry()
+    out: list[tuple[str, str]] = []
+    tier_keys = sorted(TierConfig.model_fields)
+    checks: list[tuple[Kind, str, Any, dict[str, Any], str]] = [
+        ("backend", "backend", tier.get("backend"), {k: v for k, v in tier.items() if k not in TierConfig.model_fields},
+         f"tiers.{i}."),
+        ("codec", "codec", tier.get("codec", "none"), tier.get("codec_options") or {}, f"tiers.{i}.codec_options."),
+        ("policy", "policy", tier.get("policy", "lru"), tier.get("policy_options") or {}, f"tiers.{i}.policy_options."),
+    ]
+    for kind, key, name, options, prefix in checks:
+        if not isinstance(name, str):
+            continue  # the field check reports it
+        try:
+            model = registry.config_model(kind, name)
+        except LifeboatError as exc:
+            out.append((f"tiers.{i}.{key}", str(exc)))
+            continue
+        if not isinstance(options, dict):
+            continue
+        try:
+            model.model_validate(options)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = tuple(err["loc"])
+                where = prefix + ".".join(str(p) for p in loc)
+                if err["type"] == "extra_forbidden":
+                    valid = sorted(model.model_fields) + (tier_keys if kind == "backend" else [])
+                    out.append((where, _unknown_key(str(loc[-1]), sorted(set(valid)))))
+                elif err["type"] == "missing":
+                    out.append((where, f"required {kind} option is missing"))
+                else:
+                    out.append((where, err["msg"].removeprefix("Value error, ")))
+    return out
 
 
 def format_validation_error(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> str:
