@@ -237,10 +237,10 @@ def test_a_row_vllm_reused_before_our_copy_is_a_miss_not_another_chunks_bytes(tm
     region[4, :PAYLOAD] = 99  # vLLM dropped B0 and wrote another chunk into its row; we were not told
     tier.on_request_finished(chain_context("a2", SESSION_A))  # B is now the CPU tier's coldest
     deadline = time.monotonic() + 10
-    while sum(tier.exclusive_counts[k] for k in ("demoted", "demotions_changed")) < 2 and time.monotonic() < deadline:
+    while sum(tier.exclusive_counts[k] for k in ("demoted", "demotions_refused")) < 2 and time.monotonic() < deadline:
         list(tier.get_finished_jobs())
         time.sleep(0.005)
-    assert (tier.exclusive_counts["demoted"], tier.exclusive_counts["demotions_changed"]) == (1, 1)
+    assert (tier.exclusive_counts["demoted"], tier.exclusive_counts["demotions_refused"]) == (1, 1)
     assert held(tier, SESSION_B[:2]) == [False, True]
     assert tier.cache is not None and tier.cache.telemetry.counters()["unstable_skipped"] == 1
     tier.shutdown()

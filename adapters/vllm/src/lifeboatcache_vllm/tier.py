@@ -179,7 +179,9 @@ class LifeboatTier(SecondaryTierManager):
         self._demotions: dict[int, list[OffloadKey]] = {}
         self._demote_margin = max(1, int(self._shadow.rows * DEMOTE_MARGIN_SHARE))
         self._exclusive = False
-        self.exclusive_counts = {"deferred": 0, "demoted": 0, "demotions_lost": 0, "demotions_changed": 0}
+        # demotions_refused: not stored, because the full tier declined it (keep_prefixes, the policy)
+        # or its row had changed (the cache's unstable_skipped counts those)
+        self.exclusive_counts = {"deferred": 0, "demoted": 0, "demotions_lost": 0, "demotions_refused": 0}
         source = config if config is not None else offloading_spec.extra_config.get(EXTRA_KEY)
         self.cache = open_for_engine(
             lambda: self._open(offloading_spec, source, locality, unknown), on_error=lambda: on_error_of(source),
@@ -341,7 +343,7 @@ class LifeboatTier(SecondaryTierManager):
         keys = self._demotions.pop(done.job_id)
         for key, ok in zip(keys, done.ok, strict=True):
             self._deferred.pop(key, None)
-            self.exclusive_counts["demoted" if ok else "demotions_changed"] += 1
+            self.exclusive_counts["demoted" if ok else "demotions_refused"] += 1
         self._chunks_stored += done.count
 
     def _hints(self, keys: list[OffloadKey], req_context: ReqContext) -> list[BlockHint | None]:
