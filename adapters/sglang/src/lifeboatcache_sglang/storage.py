@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -321,6 +321,25 @@ class LifeboatHiCacheStorage(HiCacheStorage):
             return None
         return sidecar, keys
 
+    def _sidecar_transfers(self, transfers: list[PoolTransfer], results: dict[Any, list[bool]],
+                           kv_path: Callable[..., list[bool]], extra_info: HiCacheStorageExtraInfo | None,
+                           ) -> Iterator[tuple[PoolTransfer, _SidecarPool, list[str]]]:
+        """The sidecar transfers to carry out, with their pool and keys; answers the rest in ``results``.
+
+        The KV pool goes through the v1 path (``kv_path``); a sidecar transfer with no keys or no
+        usable plan (no cache, an unregistered pool, mismatched indices) fails page by page.
+        """
+        for transfer in transfers:
+            keys = list(transfer.keys or [])
+            if _pool_name(transfer.name) == PoolName.KV.value:
+                results[transfer.name] = kv_path(keys, transfer.host_indices, extra_info)
+                continue
+            plan = self._transfer_plan(transfer) if self.cache is not None else None
+            if plan is None or not keys:
+                results[transfer.name] = [False] * len(keys)
+                continue
+            yield transfer, *plan
+
     def batch_set_v2(self, transfers: list[PoolTransfer],
                      extra_info: HiCacheStorageExtraInfo | None = None) -> dict[Any, list[bool]]:
         """Store each pool's pages from its host pool; pages already stored are not written again.
@@ -331,16 +350,7 @@ class LifeboatHiCacheStorage(HiCacheStorage):
         jobs: list[tuple[Any, list[int]]] = []
         put_keys: list[BlockKey] = []
         put_buffers: list[memoryview] = []
-        for transfer in transfers:
-            keys = list(transfer.keys or [])
-            if _pool_name(transfer.name) == PoolName.KV.value:
-                results[transfer.name] = self.batch_set_v1(keys, transfer.host_indices, extra_info)
-                continue
-            plan = self._transfer_plan(transfer) if self.cache is not None else None
-            if plan is None or not keys:
-                results[transfer.name] = [False] * len(keys)
-                continue
-            sidecar, keys = plan
+        for transfer, sidecar, keys in self._sidecar_transfers(transfers, results, self.batch_set_v1, extra_info):
             block_keys = self._sidecar_keys(sidecar, keys)
             present = self.cache.exists(block_keys)
             todo = [i for i, p in enumerate(present) if not p]
@@ -370,16 +380,7 @@ class LifeboatHiCacheStorage(HiCacheStorage):
         jobs: list[tuple[Any, _SidecarPool, Any, int]] = []
         get_keys: list[BlockKey] = []
         get_buffers: list[memoryview] = []
-        for transfer in transfers:
-            keys = list(transfer.keys or [])
-            if _pool_name(transfer.name) == PoolName.KV.value:
-                results[transfer.name] = self.batch_get_v1(keys, transfer.host_indices, extra_info)
-                continue
-            plan = self._transfer_plan(transfer) if self.cache is not None else None
-            if plan is None or not keys:
-                results[transfer.name] = [False] * len(keys)
-                continue
-            sidecar, keys = plan
+        for transfer, sidecar, keys in self._sidecar_transfers(transfers, results, self.batch_get_v1, extra_info):
             buffers, state = sidecar.buffers(transfer.host_indices, len(keys), range(len(keys)), for_write=False)
             jobs.append((transfer.name, sidecar, state, len(keys)))
             get_keys += self._sidecar_keys(sidecar, keys)
