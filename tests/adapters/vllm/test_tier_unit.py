@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from lifeboatcache_core.errors import ConfigError
+from lifeboatcache_core.tier import BLOCK_OVERHEAD
 from lifeboatcache_vllm import autoenable
 from lifeboatcache_vllm.spec import chunk_blocks
 from lifeboatcache_vllm.tier import LifeboatTier, LifeboatTierError
@@ -181,13 +182,18 @@ def full_tier_holding_a(tmp_path: Path, **engine: Any) -> tuple[LifeboatTier, np
     """A tier whose four chunks of session A (rows 0-3) fill it; every row holds its own bytes."""
     config = file_config(tmp_path / "t", **engine)
     config["tiers"][0]["keep_prefixes"] = False  # plain LRU: the test is about which chunks reach the tier
+    config["tiers"][0]["io_threads"] = 1  # stores land one after another: each evicts exactly one block
     tier, region = make_tier(config)
     region[:, :PAYLOAD] = np.arange(CHUNKS, dtype=np.uint8)[:, None] + 1
     tier.submit_store(TransferJob(1, SESSION_A, np.arange(4, dtype=np.int32), False, chain_context("a1", SESSION_A)))
     assert finish(tier, 1).success
     assert tier.cache is not None
     nvme = tier.cache.tiers[0]
-    nvme.resize(nvme.used)  # full: the next store would evict
+    # full (less room than a chunk), but a store reserves payload + BLOCK_OVERHEAD, more than a
+    # stored block takes: with this slack each store evicts exactly one block, without it two
+    per_block = nvme.used // 4 - PAYLOAD
+    nvme.resize(nvme.used + BLOCK_OVERHEAD - per_block)
+    assert tier.cache.free_bytes() < PAYLOAD
     return tier, region
 
 
