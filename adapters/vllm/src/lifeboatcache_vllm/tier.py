@@ -312,6 +312,8 @@ class LifeboatTier(SecondaryTierManager):
 
     def _placed(self, keys: list[OffloadKey], chunk_ids: Iterable[int]) -> None:
         """Chunks now in these CPU-tier rows; a deferred chunk they displace before its copy is lost."""
+        if not self._exclusive:  # nothing is ever deferred: the model would go unused
+            return
         for key in self._shadow.place(keys, chunk_ids):
             deferred = self._deferred.get(key)
             if deferred is not None and not deferred.submitted:
@@ -460,9 +462,10 @@ class LifeboatTier(SecondaryTierManager):
             self._touch_after[req_id] = chain
         else:
             cache.touch(chain)
-        uses = cpu_tier_uses(req_context)
-        self._shadow.use(keys_tail_first if uses is None else reversed(uses))
-        self._demote_coldest()  # after the touch: what lands now is newer than the chain
+        if self._exclusive:
+            uses = cpu_tier_uses(req_context)
+            self._shadow.use(keys_tail_first if uses is None else reversed(uses))
+            self._demote_coldest()  # after the touch: what lands now is newer than the chain
 
     def _store_finished(self, req_id: str) -> None:
         left = self._stores_in_flight.get(req_id, 0) - 1
