@@ -30,7 +30,7 @@ def test_unknown_backend_suggests_and_lists() -> None:
 
 def test_unknown_top_level_key_lists_valid_keys() -> None:
     with pytest.raises(ConfigError,
-                       match=r"tierz: unknown key; valid keys: dashboard, engine, fallback_local, promote, tiers"):
+                       match=r"tierz: unknown key; valid keys: dashboard, engine, fallback_local, promote, staging, tiers"):
         load_config_dict({"tierz": []})
 
 
@@ -138,3 +138,24 @@ def test_cli_config_validate_lists_every_problem_at_once(tmp_path: Path) -> None
     assert "did you mean 'durability'?" in problems["tiers.1.durabilty"]
     assert "did you mean 'on_error'?" in problems["engine.on_eror"]
     assert "valid number" in problems["tiers.0.capacity_gb"]
+
+
+def test_staging_table_is_validated_with_key_paths(tmp_path: Path) -> None:
+    """``[staging]`` settings: the stager's rate, lead time, grace and switch, each checked by name."""
+    cfg = load_config_dict({"staging": {"enabled": False, "rate_mb_s": 50, "lead_s": 2}})
+    assert (cfg.staging.enabled, cfg.staging.rate_bytes_s, cfg.staging.lead_s) == (False, 50e6, 2.0)
+    assert LifeboatConfig().staging.enabled is True
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[staging]\nrate_mb_s = 0\nlead_s = -1\nthread_share = 1.5\nrate = 10\n')
+    result = _cli("config", "validate", str(bad))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].endswith("4 problems"), result.stderr
+    problems = {line.strip().split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines[1:]}
+    assert set(problems) == {"staging.rate_mb_s", "staging.lead_s", "staging.thread_share", "staging.rate"}
+    assert "greater than 0" in problems["staging.rate_mb_s"]
+    assert "greater than or equal to 0" in problems["staging.lead_s"]
+    assert "less than or equal to 1" in problems["staging.thread_share"]
+    assert "did you mean 'rate_mb_s'?" in problems["staging.rate"]
+    with pytest.raises(ConfigError, match=r"staging\.grace_s"):
+        load_config_dict({"staging": {"grace_s": "soon"}})

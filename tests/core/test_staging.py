@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lifeboatcache_backend_file.backend import FileBackend
 from lifeboatcache_core.abc import BlockHint
-from lifeboatcache_core.builtin.file import FileBackend
 from lifeboatcache_core.cache import TieredCache
-from lifeboatcache_core.config import GB
+from lifeboatcache_core.config import GB, StagingConfig
 from lifeboatcache_core.keys import BlockKey
 
 from tests.core.helpers import blobs, file_tier, keys, open_cache
@@ -270,3 +270,57 @@ def test_hints_validate_and_report_unknown_sessions(stack: Callable[..., TieredC
     assert cache.release("nobody") == 0
     with pytest.raises(ValueError):
         cache.stage("a", -1.0)
+
+
+def test_staging_settings_come_from_the_config_and_change_live(
+        stack: Callable[..., TieredCache], tmp_path: Path) -> None:
+    cache = stack()
+    config = cache.config.model_copy(update={"staging": StagingConfig(enabled=False, rate_mb_s=25, lead_s=3,
+                                                                      grace_s=7, thread_share=0.25)})
+    cache.apply_config(config)
+    assert (cache.stager.rate_bytes_s, cache.stager.lead_s, cache.stager.grace_s,
+            cache.stager.thread_share) == (25e6, 3.0, 7.0, 0.25)
+    assert any(line.startswith("staging: enabled True -> False") for line in cache.last_reconfiguration.applied)
+
+    a, _ = session(cache, "a", 4, start=0)
+    cache.all_tiers[0].discard(a)
+    assert cache.stage("a", 0.0) == 0, "switched off: the hint is ignored"
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert not any(in_tier(cache, "dram", a))
+    assert counters(cache)["staged_bytes"] == 0
+
+    cache.apply_config(config.model_copy(update={"staging": StagingConfig()}))
+    assert cache.stage("a", 0.0) == 4
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", a)), "switched on again, live"
+
+
+def test_a_tiers_stage_switch_changes_live(stack: Callable[..., TieredCache]) -> None:
+    cache = stack(dram={"stage": False})
+    a, _ = session(cache, "a", 4, start=0)
+    cache.all_tiers[0].discard(a)
+    tiers = [tc.model_copy(update={"stage": tc.label == "dram"}) for tc in cache.config.tiers]
+    restart = cache.apply_config(cache.config.model_copy(update={"tiers": tiers}))
+    assert restart == [] and "tier dram: stage False -> True" in cache.last_reconfiguration.applied
+    cache.stage("a", 0.0)
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", a))
+
+
+def test_from_policy_false_stages_on_hints_only(tmp_path: Path) -> None:
+    cache = open_cache(tmp_path, dram_tier(64), file_tier(tmp_path / "nvme"), staging={"from_policy": False})
+    try:
+        a, _ = session(cache, "a", 4, start=0)
+        b, _ = session(cache, "b", 4, start=100)
+        cache.all_tiers[0].discard(a + b)
+        soon = cache.stager.clock() + 0.5
+        policy = cache.all_tiers[1].policy
+        policy.expected_return = lambda tag: soon  # type: ignore[attr-defined]
+        cache.stager.wake()
+        assert cache.stager.wait_idle(TIMEOUT)
+        assert not any(in_tier(cache, "dram", a + b)), "the policy's estimate was used"
+        cache.stage("b", 0.0)
+        assert cache.stager.wait_idle(TIMEOUT)
+        assert all(in_tier(cache, "dram", b)) and not any(in_tier(cache, "dram", a))
+    finally:
+        cache.close()

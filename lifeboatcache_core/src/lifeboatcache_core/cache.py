@@ -119,6 +119,7 @@ class TieredCache:
         self.telemetry = metrics.CacheStats()
         #: predictive staging into ``stage = true`` tiers (:mod:`lifeboatcache_core.staging`)
         self.stager = Stager(lambda: self.tiers, self.telemetry.add)
+        self.stager.configure(self.config.staging)
         self.last_reconfiguration: Reconfiguration | None = None
         for tier in self.all_tiers:
             if tier.open():
@@ -538,7 +539,17 @@ class TieredCache:
         from lifeboatcache_core.reconfigure import apply_config
 
         with self._config_lock:
+            old_staging = self.config.staging
             self.last_reconfiguration = apply_config(self, new_config)
+            if new_config.staging != old_staging:
+                self.stager.configure(new_config.staging)
+                changed = {k: v for k, v in new_config.staging.model_dump().items()
+                           if getattr(old_staging, k) != v}
+                line = "staging: " + ", ".join(f"{k} {getattr(old_staging, k)} -> {v}" for k, v in changed.items())
+                self.last_reconfiguration.applied.append(line)
+                log.info("config: %s", line)
+            else:
+                self.stager.wake()  # a tier's ``stage`` may have changed
         return self.last_reconfiguration.restart
 
     # ------------------------------------------------------------------ health, stats

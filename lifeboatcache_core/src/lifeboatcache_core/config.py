@@ -185,6 +185,42 @@ class DashboardConfig(StrictModel):
     token: str | None = Field(default=None, min_length=16)
 
 
+class StagingConfig(StrictModel):
+    """Predictive staging (``lifeboatcache_core.staging``): how fast and how early, and whether at all.
+
+    Which tiers receive staged blocks is each tier's ``stage = true``; this table is the
+    stager's own budget, shared by all of them. Its defaults suit a local NVMe or DRAM target fed
+    from a remote store at a few hundred MB/s; lower ``rate_mb_s`` when the engine's own loads
+    share a thin link with staging. All of it applies live (``TieredCache.apply_config``).
+
+        [staging]
+        enabled = true
+        rate_mb_s = 200
+        lead_s = 0.5
+    """
+
+    #: off: no blocks are staged or taken back, whatever the tiers' ``stage`` says (hints are
+    #: accepted and ignored), so one switch turns the feature off for a whole node
+    enabled: bool = True
+    #: average MB/s (10^6 bytes) the stager reads from lower tiers, over all sessions: its share of
+    #: their bandwidth, so staging never starves the engine's own loads
+    rate_mb_s: float = Field(default=200.0, gt=0, le=1_000_000)
+    #: start a session's staging at least this many seconds before its expected return (more for a
+    #: larger session or one whose blocks sit in a slow tier)
+    lead_s: float = Field(default=0.5, ge=0, le=3600)
+    #: staged blocks not used by the expected return plus this many seconds are taken back (waste)
+    grace_s: float = Field(default=10.0, gt=0, le=86400)
+    #: share of a source tier's ``io_threads`` staging may hold at once (at least one thread)
+    thread_share: float = Field(default=0.5, gt=0, le=1)
+    #: also stage from the eviction policy's own return estimates (e.g. EpiCache), not only from
+    #: ``TieredCache.stage`` hints
+    from_policy: bool = True
+
+    @property
+    def rate_bytes_s(self) -> float:
+        return self.rate_mb_s * 1e6
+
+
 def _default_tiers() -> list[TierConfig]:
     return [
         TierConfig(name="dram", backend="dram", capacity_gb=2),
@@ -200,6 +236,7 @@ class LifeboatConfig(StrictModel):
     fallback_local: FallbackConfig = Field(default_factory=FallbackConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
+    staging: StagingConfig = Field(default_factory=StagingConfig)
 
     @model_validator(mode="after")
     def _unique_names(self) -> LifeboatConfig:

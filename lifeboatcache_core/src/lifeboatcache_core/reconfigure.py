@@ -3,7 +3,9 @@
 What changes live: tier capacities (a smaller one evicts at once), policies (stored blocks are
 handed to the new policy), codecs (new writes; stored blocks still decode by the codec tag in
 their meta), write mode, health thresholds, tiers added / removed / reordered, ``promote`` and
-the local fallback. What needs a restart is reported, one line each, and left as it runs:
+the local fallback, a tier's ``stage`` switch (the ``[staging]`` table is applied by
+``TieredCache.apply_config`` itself, to its stager). What needs a restart is reported, one
+line each, and left as it runs:
 a tier's backend or backend options (its storage), ``io_threads``, the ``engine`` section
 (adapters read it at start) and the ``dashboard`` section (its server is already bound).
 
@@ -28,7 +30,7 @@ log = logging.getLogger("lifeboatcache")
 
 #: tier fields this module applies live; any other field (io_threads, manifest, ...) needs a restart
 _LIVE_FIELDS = frozenset({"name", "backend", "capacity_gb", "codec", "codec_options", "policy", "policy_options",
-                          "write", "unhealthy_after", "reprobe_seconds"})
+                          "write", "unhealthy_after", "reprobe_seconds", "stage"})
 _GB = 1024**3
 
 
@@ -69,6 +71,8 @@ def _update_tier(tier: Tier, old: TierConfig, new: TierConfig, result: Reconfigu
         result.applied.append(
             f"tier {name}: codec {old.codec} -> {new.codec} {new.codec_options or ''} for new writes".rstrip()
         )
+    if old.stage != new.stage:
+        result.applied.append(f"tier {name}: stage {old.stage} -> {new.stage}")
     if old.write != new.write:
         tier.write_mode = new.write
         result.applied.append(f"tier {name}: write {old.write} -> {new.write}")

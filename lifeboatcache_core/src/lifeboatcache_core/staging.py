@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from lifeboatcache_core.abc import BlockHint, EvictionPolicy, KVLayout
-from lifeboatcache_core.config import TierConfig
+from lifeboatcache_core.config import StagingConfig, TierConfig
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.threads import name_os_thread
 
@@ -129,9 +129,14 @@ class Stager:
 
     def __init__(self, tiers: Callable[[], Sequence[StagingTier]], count: Callable[..., None], *,
                  rate_bytes_s: float = 200e6, thread_share: float = 0.5, lead_s: float = 0.5,
-                 grace_s: float = 10.0, poll_s: float = 0.25, max_sessions: int = 100_000) -> None:
+                 grace_s: float = 10.0, poll_s: float = 0.25, max_sessions: int = 100_000,
+                 enabled: bool = True, from_policy: bool = True) -> None:
         self._tiers = tiers
         self._count = count
+        #: off: nothing new is planned or staged (copies staged before still expire and are taken back)
+        self.enabled = enabled
+        #: plan from the eviction policy's ``ReturnEstimator`` too, not only from hints
+        self.from_policy = from_policy
         #: average bytes per second the stager reads from lower tiers (its share of their bandwidth)
         self.rate_bytes_s = rate_bytes_s
         #: share of a source tier's I/O threads staging may hold at once (at least one): a remote
@@ -165,6 +170,26 @@ class Stager:
         self._ticket = 0
         self._idle_ticket = 0
         self._thread = threading.Thread(target=self._loop, name="lifeboat-stage", daemon=True)
+
+    def configure(self, cfg: StagingConfig) -> None:
+        """Take the ``[staging]`` settings (at start and on a live config change).
+
+        Switching off drops every plan at once, so nothing more is staged; what was staged
+        already stays counted, is used or expires, and is taken back as usual.
+        """
+        with self._lock:
+            self.enabled = cfg.enabled
+            self.from_policy = cfg.from_policy
+            self.rate_bytes_s = cfg.rate_bytes_s
+            self.lead_s = cfg.lead_s
+            self.grace_s = cfg.grace_s
+            self.thread_share = cfg.thread_share
+            if not cfg.enabled:
+                self._plans.clear()
+            elif not cfg.from_policy:
+                for tag in [t for t, p in self._plans.items() if not p.hinted]:
+                    del self._plans[tag]
+        self.wake()
 
     def start(self) -> None:
         self._thread.start()
@@ -229,9 +254,14 @@ class Stager:
     # ------------------------------------------------------------------ hints
 
     def stage(self, session: str, eta_s: float) -> int:
-        """Expect ``session`` back in ``eta_s`` seconds; returns how many of its blocks are known."""
+        """Expect ``session`` back in ``eta_s`` seconds; returns how many of its blocks will be staged.
+
+        0 when the session is unknown, or staging is switched off (``[staging] enabled = false``).
+        """
         if eta_s < 0:
             raise ValueError(f"eta_s {eta_s} must be >= 0 (seconds from now)")
+        if not self.enabled:
+            return 0
         with self._lock:
             known = self._sessions.get(session)
             if known is None:
@@ -305,10 +335,11 @@ class Stager:
         """One round: estimates, expiry, then submit due blocks. Returns (idle, seconds to sleep)."""
         now = self.clock()
         tiers = list(self._tiers())
-        if not any(t.cfg.stage for t in tiers):
+        if not self.enabled or not any(t.cfg.stage for t in tiers):
+            self._expire(now)  # copies staged before the switch still expire and are taken back
             with self._lock:
                 return self._inflight == 0, self.poll_s
-        if time.monotonic() - self._estimated_at >= self.poll_s:
+        if self.from_policy and time.monotonic() - self._estimated_at >= self.poll_s:
             self._estimated_at = time.monotonic()
             self._refresh_estimates(tiers, now)
         self._expire(now)
