@@ -241,15 +241,15 @@ class TieredCache:
         """Release the submitter's hold; the job finishes now if no task is left."""
         self._task_done(job)
 
-    def _spread(self, job: _Job, tier: Tier, indices: list[int], work: Any) -> None:
-        """Run ``work(tier, slice)`` over ``indices`` in up to ``io_threads`` slices.
+    def _spread(self, job: _Job, tier: Tier, indices: list[int], work: Any, *, serial: bool = False) -> None:
+        """Run ``work(tier, slice)`` over ``indices`` in up to ``io_threads`` slices (one if ``serial``).
 
         Gets run on the tier's read pool, puts on its write pool: a load never waits behind stores.
         """
         if not indices:
             return
         pool = tier.read_pool if job.kind == "get" else tier.write_pool
-        n = min(len(indices), tier.io_threads)
+        n = 1 if serial else min(len(indices), tier.io_threads)
         slices = [indices[i::n] for i in range(n)]
         self._add_tasks(job, len(slices))
         for part in slices:
@@ -269,7 +269,7 @@ class TieredCache:
 
     def submit_put(self, keys: Sequence[BlockKey], buffers: Sequence[_Buffer], *,
                    layout: KVLayout | None = None, hints: Sequence[BlockHint | None] | None = None,
-                   digests: Sequence[bytes] | None = None) -> int:
+                   digests: Sequence[bytes] | None = None, replacing: Sequence[BlockKey] = ()) -> int:
         """Store blocks; returns a job id. ``ok[i]`` is True once any tier holds block ``i``.
 
         ``digests``: the buffers are memory the caller no longer owns and that may be reused
@@ -277,6 +277,11 @@ class TieredCache:
         copied first, and only a copy whose xxh3-128 equals ``digests[i]`` is stored: a buffer
         overwritten meanwhile is a miss (``ok`` False, ``stats.unstable_skipped``), never
         another block's bytes under this key.
+
+        ``replacing``: blocks the caller gives up to make room for these (an engine whose own
+        cache holds them too). Each tier discards them on its I/O thread, then stores these in
+        one task, so the room they leave is there when the first of these reserves its own and
+        goes to these blocks, not to whatever the policy would have evicted (or declined for).
         """
         if len(keys) != len(buffers):
             raise ValueError(f"{len(keys)} keys but {len(buffers)} buffers")
@@ -292,7 +297,11 @@ class TieredCache:
         up = self.tiers
         targets = [t for j, t in enumerate(up) if j == 0 or t.write_mode == "through"]
 
+        given_up = [k for k in replacing if self._valid(k)]
+
         def work(tier: Tier, part: list[int]) -> None:
+            if given_up:
+                tier.discard(given_up, demote=False)
             for i in part:
                 view = views[i] if digests is None else stable_copy(views[i], digests[i])
                 if view is None:
@@ -301,7 +310,13 @@ class TieredCache:
                     job.ok[i] = True
 
         for tier in targets:
-            self._spread(job, tier, valid, work)
+            self._spread(job, tier, valid, work, serial=bool(given_up))
+        for tier in up:  # write-back tiers below hold copies too: off the caller's thread
+            if given_up and tier not in targets:
+                try:
+                    tier.write_pool.submit(tier.discard, given_up, demote=False)
+                except RuntimeError:  # pool shut down (closing)
+                    pass
         self._finish_if_idle(job)
         return job.job_id
 

@@ -531,17 +531,19 @@ class Tier:
             return None
         return victims
 
-    def discard(self, keys: Sequence[BlockKey]) -> int:
-        """Evict ``keys`` now, like the policy's victims (write-back tiers below get them first).
+    def discard(self, keys: Sequence[BlockKey], *, demote: bool = True) -> int:
+        """Evict ``keys`` now, like the policy's victims (write-back tiers below get them first,
+        unless not ``demote``: the caller keeps them elsewhere, as an engine's own cache does).
 
-        For a stager taking back copies it placed and nobody used. Returns the bytes freed.
+        For a stager taking back copies it placed and nobody used, and for blocks an engine
+        gives up (``TieredCache.submit_put(replacing=...)``). Returns the bytes freed.
         """
         with self.lock:
             victims = [(key, self._forget(key)) for key in keys if key in self.index]
-        self._drop(victims)
+        self._drop(victims, demote=demote)
         return sum(size for _key, size in victims)
 
-    def _drop(self, victims: list[tuple[BlockKey, int]]) -> None:
+    def _drop(self, victims: list[tuple[BlockKey, int]], *, demote: bool = True) -> None:
         """Delete evicted blocks in one bulk call (S3 runs it concurrently), demoting them first to a
         write-back tier below."""
         backend = self.backend
@@ -549,7 +551,7 @@ class Tier:
             return
         lower = self.lower
         for key, _size in victims:
-            if lower is not None and lower.write_mode == "back" and lower.up:
+            if demote and lower is not None and lower.write_mode == "back" and lower.up:
                 self._demote(key, lower)
         for failure in backend.delete_many([key for key, _size in victims]):
             if failure is not None:

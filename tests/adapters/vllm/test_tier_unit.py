@@ -178,10 +178,13 @@ def test_a_full_tier_gives_up_a_chain_tail_first_once_its_stores_land(tmp_path: 
 SESSION_C = [bytes([i]) * 32 + b"\0\0\0\0" for i in range(21, 25)]
 
 
-def full_tier_holding_a(tmp_path: Path, **engine: Any) -> tuple[LifeboatTier, np.ndarray]:
-    """A tier whose four chunks of session A (rows 0-3) fill it; every row holds its own bytes."""
+def full_tier_holding_a(tmp_path: Path, keep_prefixes: bool = False, **engine: Any) -> tuple[LifeboatTier, np.ndarray]:
+    """A tier whose four chunks of session A (rows 0-3) fill it; every row holds its own bytes.
+
+    Plain LRU unless ``keep_prefixes``: most tests are about which chunks reach the tier.
+    """
     config = file_config(tmp_path / "t", **engine)
-    config["tiers"][0]["keep_prefixes"] = False  # plain LRU: the test is about which chunks reach the tier
+    config["tiers"][0]["keep_prefixes"] = keep_prefixes
     config["tiers"][0]["io_threads"] = 1  # stores land one after another: each evicts exactly one block
     tier, region = make_tier(config)
     region[:, :PAYLOAD] = np.arange(CHUNKS, dtype=np.uint8)[:, None] + 1
@@ -197,20 +200,20 @@ def full_tier_holding_a(tmp_path: Path, **engine: Any) -> tuple[LifeboatTier, np
     return tier, region
 
 
-def loaded_row(tier: LifeboatTier, region: np.ndarray, key: bytes, job_id: int) -> np.ndarray | None:
-    """The bytes our tier returns for ``key`` (loaded into row 7), or None when it does not hold it."""
-    if not held(tier, [key])[0]:
-        return None
-    saved = region[7].copy()
-    tier.submit_load(job(job_id, [key], [7], True))
-    assert finish(tier, job_id).success
-    out, region[7] = region[7, :PAYLOAD].copy(), saved
-    return out
+def stored_bytes(tier: LifeboatTier, key: bytes) -> np.ndarray | None:
+    """The bytes our tier holds for ``key``, or None when it does not hold it.
+
+    Read from the cache directly: a load through the tier would place the chunk in a CPU-tier
+    row (a promotion), and move the very rows these tests are about.
+    """
+    assert tier.cache is not None
+    out = np.zeros(PAYLOAD, np.uint8)
+    return out if tier.cache.get([tier._key(key)], [out])[0] else None
 
 
 def test_a_full_tier_keeps_new_chunks_in_vllms_cpu_tier_until_it_is_about_to_drop_them(tmp_path: Path) -> None:
     """exclusive_when_full: stored from their rows when they become the CPU tier's coldest, byte-exact."""
-    tier, region = full_tier_holding_a(tmp_path)
+    tier, _ = full_tier_holding_a(tmp_path)
     tier.submit_store(TransferJob(2, SESSION_B[:2], np.asarray([4, 5], np.int32), False,
                                   chain_context("b1", SESSION_B[:2])))
     assert finish(tier, 2).success  # reported stored: vLLM unpins the rows
@@ -229,9 +232,49 @@ def test_a_full_tier_keeps_new_chunks_in_vllms_cpu_tier_until_it_is_about_to_dro
     assert held(tier, [*SESSION_B[:2], SESSION_C[0]]) == [True] * 3
     assert held(tier, [SESSION_C[1]]) == [False]  # still among the CPU tier's newest
     expected = {SESSION_B[0]: 5, SESSION_B[1]: 6, SESSION_C[0]: 7}  # row r holds r + 1
-    for n, (key, value) in enumerate(expected.items()):
-        row = loaded_row(tier, region, key, 10 + n)
+    for key, value in expected.items():
+        row = stored_bytes(tier, key)
         assert row is not None and (row == value).all()
+    tier.shutdown()
+
+
+def demotions_settle(tier: LifeboatTier, settled: int) -> None:
+    """Poll until ``settled`` demotions were stored or refused."""
+    deadline = time.monotonic() + 10
+    while (sum(tier.exclusive_counts[k] for k in ("demoted", "demotions_refused")) < settled
+           and time.monotonic() < deadline):
+        list(tier.get_finished_jobs())
+        time.sleep(0.005)
+
+
+def test_a_full_tier_gives_up_copies_vllms_cpu_tier_holds_for_chunks_it_is_about_to_drop(tmp_path: Path) -> None:
+    """keep_prefixes would keep A's hot heads and decline B's deep chunks; A is in the CPU tier too.
+
+    So A's newest copies here go for B's demotions; A's chunks become deferred and are stored
+    byte-exact once they in turn near the CPU tier's eviction end.
+    """
+    tier, _ = full_tier_holding_a(tmp_path, keep_prefixes=True)
+    tier.submit_store(TransferJob(2, SESSION_B[2:], np.asarray([4, 5], np.int32), False,
+                                  chain_context("b1", SESSION_B)))  # B2, B3: depths 2 and 3 of B's chain
+    assert finish(tier, 2).success
+    assert tier.exclusive_counts["deferred"] == 2
+    # A's next turn hits in the CPU tier: its chunks are the newest there, B2 and B3 the coldest
+    tier.on_request_finished(chain_context("a2", SESSION_A))
+    demotions_settle(tier, 2)
+    assert (tier.exclusive_counts["demoted"], tier.exclusive_counts["demotions_refused"]) == (2, 0)
+    assert tier.exclusive_counts["given_up"] == 2
+    assert held(tier, [*SESSION_A, *SESSION_B[2:]]) == [False, False, True, True, True, True]
+    # C lands in the CPU tier (deferred: still full); a request over B and C leaves A the coldest
+    tier.submit_store(TransferJob(3, SESSION_C[:2], np.asarray([6, 7], np.int32), False,
+                                  chain_context("c1", SESSION_C[:2])))
+    assert finish(tier, 3).success
+    tier.on_request_finished(chain_context("x", [*SESSION_B[2:], *SESSION_C[:2]]))
+    # A1, now among the coldest three (A3, A2, A1), takes the copy of B2, the CPU tier's newest
+    demotions_settle(tier, 3)
+    assert tier.exclusive_counts["demoted"] == 3
+    assert held(tier, [SESSION_A[1], SESSION_B[2]]) == [True, False]
+    row = stored_bytes(tier, SESSION_A[1])
+    assert row is not None and (row == 2).all()  # row r holds r + 1
     tier.shutdown()
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -75,6 +75,10 @@ class CpuTierShadow(Generic[K]):
 
     def row_of(self, key: K) -> int | None:
         return self._row_of.get(key)
+
+    def newest(self) -> Iterator[K]:
+        """Chunks from the one the tier would drop last."""
+        return reversed(self._row_of)
 
     def coldest(self, n: int) -> list[K]:
         """The ``n`` chunks the tier would drop first."""

@@ -50,6 +50,7 @@ except ImportError:  # another vLLM: the shadow refreshes the whole chain instea
 
 from lifeboatcache_vllm.cpu_shadow import CpuTierShadow
 from lifeboatcache_vllm.fingerprint import namespace_for
+from lifeboatcache_vllm.session import request_session
 from lifeboatcache_vllm.settings import EXTRA_KEY, ensure_log_handler, on_error_of, resolve_config
 
 log = logging.getLogger("lifeboatcache.vllm")
@@ -72,13 +73,15 @@ class _Pending:
     is_load: bool
     nbytes: int
     req_id: str = ""
+    hints: list[BlockHint | None] | None = None  # a load's, for the copies it leaves in both tiers
 
 
 @dataclass
 class _Deferred:
-    """A chunk a full tier left in vLLM's CPU tier: what it needs to be stored from its row later."""
+    """A chunk in vLLM's CPU tier: what it needs to be stored from its row later (a full tier
+    left it there, or gave up its copy here for a chunk that tier was about to drop)."""
 
-    digest: bytes  # xxh3-128 of the row while vLLM pinned it for our store job
+    digest: bytes  # xxh3-128 of the row while vLLM pinned it for one of our jobs
     hint: BlockHint | None
     submitted: bool = False
 
@@ -176,12 +179,16 @@ class LifeboatTier(SecondaryTierManager):
         # exclusive_when_full: vLLM's CPU tier as we see it, the chunks left only there, their copies
         self._shadow: CpuTierShadow[OffloadKey] = CpuTierShadow(max(1, self._primary_rows.shape[0]))
         self._deferred: dict[OffloadKey, _Deferred] = {}
+        # chunks both here and in the CPU tier: a full tier may give up their copies here
+        self._copies: dict[OffloadKey, _Deferred] = {}
         self._demotions: dict[int, list[OffloadKey]] = {}
         self._demote_margin = max(1, int(self._shadow.rows * DEMOTE_MARGIN_SHARE))
         self._exclusive = False
         # demotions_refused: not stored, because the full tier declined it (keep_prefixes, the policy)
         # or its row had changed (the cache's unstable_skipped counts those)
-        self.exclusive_counts = {"deferred": 0, "demoted": 0, "demotions_lost": 0, "demotions_refused": 0}
+        # given_up: copies here dropped for a demotion (the CPU tier still held them; they are deferred)
+        self.exclusive_counts = {"deferred": 0, "demoted": 0, "demotions_lost": 0, "demotions_refused": 0,
+                                 "given_up": 0}
         source = config if config is not None else offloading_spec.extra_config.get(EXTRA_KEY)
         self.cache = open_for_engine(
             lambda: self._open(offloading_spec, source, locality, unknown), on_error=lambda: on_error_of(source),
@@ -286,18 +293,23 @@ class LifeboatTier(SecondaryTierManager):
         block_keys = [self._key(k) for k in keys]
         present = cache.exists(block_keys, blocking=False)
         self._placed(keys, job_metadata.chunk_ids)
+        req_context = job_metadata.req_context
         todo = [i for i, here in enumerate(present) if not here]
+        all_hints = self._hints(keys, req_context) if self._exclusive else None
+        if all_hints is not None:  # vLLM pins the rows until this job ends: their digests name these chunks
+            self._remember_copies(keys, self._rows(job_metadata.chunk_ids), all_hints)
         if not todo:
             self._ready.append(JobResult(job_metadata.job_id, success=True, transfer_time=0.0, transfer_bytes=0))
             self._demote_coldest()
             return
         rows = self._rows(job_metadata.chunk_ids[i] for i in todo)
-        req_context = job_metadata.req_context
-        hints = self._hints([keys[i] for i in todo], req_context)
+        hints = ([all_hints[i] for i in todo] if all_hints is not None
+                 else self._hints([keys[i] for i in todo], req_context))
         if self._exclusive and cache.free_bytes() < len(todo) * self._payload_bytes:
             # full: these chunks stay only in vLLM's CPU tier until it is about to drop them
             for i, row, hint in zip(todo, rows, hints, strict=True):
-                self._deferred[keys[i]] = _Deferred(payload_digest([row]), hint)
+                copy = self._copies.pop(keys[i], None)
+                self._deferred[keys[i]] = copy if copy is not None else _Deferred(payload_digest([row]), hint)
             self.exclusive_counts["deferred"] += len(todo)
             self._ready.append(JobResult(job_metadata.job_id, success=True, transfer_time=0.0, transfer_bytes=0))
             self._demote_coldest()
@@ -315,6 +327,7 @@ class LifeboatTier(SecondaryTierManager):
         if not self._exclusive:  # nothing is ever deferred: the model would go unused
             return
         for key in self._shadow.place(keys, chunk_ids):
+            self._copies.pop(key, None)
             deferred = self._deferred.get(key)
             if deferred is not None and not deferred.submitted:
                 del self._deferred[key]
@@ -329,23 +342,63 @@ class LifeboatTier(SecondaryTierManager):
         cache = self.cache
         if not self._deferred or cache is None:
             return
-        keys = [k for k in self._shadow.coldest(self._demote_margin)
-                if (d := self._deferred.get(k)) is not None and not d.submitted]
+        cold = self._shadow.coldest(self._demote_margin)
+        keys = [k for k in cold if (d := self._deferred.get(k)) is not None and not d.submitted]
         if not keys:
             return
         deferred = [self._deferred[k] for k in keys]
         for d in deferred:
             d.submitted = True
         rows = self._rows(self._shadow.row_of(k) for k in keys)  # type: ignore[misc]
+        given_up = self._copies_to_give_up(cache, len(keys), set(cold))
         cache_job = cache.submit_put([self._key(k) for k in keys], rows, layout=self._layout,
-                                     hints=[d.hint for d in deferred], digests=[d.digest for d in deferred])
+                                     hints=[d.hint for d in deferred], digests=[d.digest for d in deferred],
+                                     replacing=[self._key(k) for k in given_up])
         self._demotions[cache_job] = keys
+
+    def _copies_to_give_up(self, cache: TieredCache, n: int, cold: set[OffloadKey]) -> list[OffloadKey]:
+        """Up to ``n`` chunks to drop here so that ``n`` demotions fit a full tier; they become deferred.
+
+        A chunk vLLM's CPU tier holds too is worth nothing here until that tier drops it, while
+        a demoted one is lost unless stored now. Without this, a full tier would evict for a
+        demotion by its own policy, which keeps exactly these chunks (the hottest, the sessions'
+        heads: every use in the CPU tier refreshes them here too) and takes a chunk that only it
+        holds, or declines the demotion (``keep_prefixes``). Taken newest first: the CPU tier
+        keeps those longest, and the coldest rows (about to be demoted themselves) never.
+        """
+        if cache.free_bytes() >= n * self._payload_bytes:
+            return []
+        out: list[OffloadKey] = []
+        for key in self._shadow.newest():
+            if len(out) == n:
+                break
+            copy = self._copies.get(key)
+            if copy is None or key in cold or key in self._deferred:
+                continue
+            if not cache.presence([self._key(key)])[0]:  # evicted here meanwhile: nothing to give up
+                del self._copies[key]
+                continue
+            out.append(key)
+        for key in out:
+            self._deferred[key] = self._copies.pop(key)
+        self.exclusive_counts["given_up"] += len(out)
+        return out
+
+    def _remember_copies(self, keys: list[OffloadKey], rows: list[memoryview],
+                         hints: list[BlockHint | None]) -> None:
+        """These chunks sit in CPU-tier rows vLLM pins for the current job: note what each row holds."""
+        for key, row, hint in zip(keys, rows, hints, strict=True):
+            if key in self._shadow and key not in self._deferred:
+                self._copies[key] = _Deferred(payload_digest([row]), hint)
 
     def _demoted(self, done: CacheJobResult) -> None:
         keys = self._demotions.pop(done.job_id)
         for key, ok in zip(keys, done.ok, strict=True):
-            self._deferred.pop(key, None)
+            deferred = self._deferred.pop(key, None)
             self.exclusive_counts["demoted" if ok else "demotions_refused"] += 1
+            if ok and deferred is not None and key in self._shadow:  # here and in the CPU tier now
+                deferred.submitted = False
+                self._copies[key] = deferred
         self._chunks_stored += done.count
 
     def _hints(self, keys: list[OffloadKey], req_context: ReqContext) -> list[BlockHint | None]:
@@ -354,11 +407,14 @@ class LifeboatTier(SecondaryTierManager):
         ``tag``: the request's first chunk. vLLM's request id names one turn, but every turn of
         an agent's session starts with the same chunk, so it names the session as the engine
         sees it (sessions that share their whole first chunk share an episode). ``depth``: the
-        chunk's index in the chain; ``parent``: the chunk before it.
+        chunk's index in the chain; ``parent``: the chunk before it. A request that names its
+        session (``kv_transfer_params["lifeboat_session"]``, ``lifeboatcache_vllm.session``) is tagged
+        with that name instead, so a router's ``stage``/``release`` hints can use it.
         """
+        named = request_session(req_context)
         positions = key_positions(req_context)
         if not positions:
-            return [None] * len(keys)
+            return [None if named is None else BlockHint(tag=named) for _ in keys]
         tokens = self._chunk_tokens
         at = {(bytes(k)[-4:], p): k for k, p in positions.items()}  # (group, end token) -> key
         hints: list[BlockHint | None] = []
@@ -369,7 +425,7 @@ class LifeboatTier(SecondaryTierManager):
                 continue
             group = bytes(key)[-4:]
             root, parent = at.get((group, tokens)), at.get((group, end - tokens))
-            hints.append(BlockHint(tag=None if root is None else bytes(root)[:16].hex(),
+            hints.append(BlockHint(tag=named or (None if root is None else bytes(root)[:16].hex()),
                                    parent=None if parent is None else self._key(parent),
                                    depth=max(0, end // tokens - 1)))
         return hints
@@ -382,7 +438,9 @@ class LifeboatTier(SecondaryTierManager):
             self._ready.append(JobResult(job_metadata.job_id, success=False, successful_keys=[]))
             return
         cache_job = cache.submit_get_into([self._key(k) for k in keys], self._rows(job_metadata.chunk_ids))
-        self._pending[cache_job] = _Pending(job_metadata.job_id, keys, True, len(keys) * self._payload_bytes)
+        hints = self._hints(keys, job_metadata.req_context) if self._exclusive else None
+        self._pending[cache_job] = _Pending(job_metadata.job_id, keys, True, len(keys) * self._payload_bytes,
+                                            hints=hints)
         self._placed(keys, job_metadata.chunk_ids)
         self._demote_coldest()
 
@@ -402,6 +460,11 @@ class LifeboatTier(SecondaryTierManager):
         moved = done.count * self._payload_bytes
         if job.is_load:
             self._chunks_loaded += done.count
+            if self._exclusive and job.hints is not None:  # loaded: here and in the CPU tier, rows pinned
+                got = [(k, h) for k, h, hit in zip(job.keys, job.hints, done.ok, strict=True)
+                       if hit and k in self._shadow]
+                self._remember_copies([k for k, _h in got], self._rows(self._shadow.row_of(k) for k, _h in got),
+                                      [h for _k, h in got])
         else:
             self._chunks_stored += done.count
         # the job's own duration: vLLM's kv_offload_tiering_{read,write}_time then compare with its
