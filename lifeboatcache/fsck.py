@@ -8,7 +8,7 @@ match the files (files are the truth).
 
 fsck may run on a live tier, and a shared one (NFS, ONTAP) has writers on other hosts: a
 partial file is only removed when its writer is gone, by the same rule the tier's own sweep
-uses (:func:`~lifeboatcache_core.builtin.file.partial_writer_gone`): a dead ``<pid>`` of this
+uses (:func:`~lifeboatcache_backend_file.backend.partial_writer_gone`): a dead ``<pid>`` of this
 host, or older than ``stale_partial_seconds`` for any host.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lifeboatcache_core.builtin.file import MANIFEST_NAME, PARTIAL, FileBackend, FileConfig, partial_writer_gone
+from lifeboatcache_backend_file.backend import MANIFEST_NAME, PARTIAL, FileBackend, FileConfig, partial_writer_gone
 from lifeboatcache_core.errors import CorruptBlockError
 from lifeboatcache_core.integrity import BlockSigner
 from lifeboatcache_core.keys import BlockKey

@@ -38,4 +38,4 @@ PYEOF
     echo "$WANT" > "$STAMP"
 fi
 # Our packages, editable, every time (cheap): the engine-side tests import them from here.
-"$PY" -m pip install -q pytest pytest-timeout "hypothesis>=6.100" -e lifeboatcache_core -e adapters/sglang -e adapters/lmcache
+"$PY" -m pip install -q pytest pytest-timeout "hypothesis>=6.100" -e lifeboatcache_core -e backends/file -e adapters/sglang -e adapters/lmcache

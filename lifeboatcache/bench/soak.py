@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 import typer
-from lifeboatcache_core.builtin.file import HEADER_ALIGN
+from lifeboatcache_backend_file.backend import HEADER_ALIGN
 from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.chunkfile import TRAILER_LEN, BlockMeta, build_header
 from lifeboatcache_core.config import load_config_dict

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import typer
-from lifeboatcache_core.builtin.file import FileConfig
+from lifeboatcache_backend_file.backend import FileConfig
 from lifeboatcache_core.integrity import ENV_KEYS, signer_from_keys
 from rich.console import Console
 from rich.table import Table

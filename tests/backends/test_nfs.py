@@ -177,7 +177,7 @@ def test_unmounted_path_starts_on_fallback_and_recovers_when_mounted(tmp_path: P
 
 WRITER = """
 import sys
-import lifeboatcache_core.builtin.file as file_mod
+import lifeboatcache_backend_file.backend as file_mod
 file_mod._HOST = sys.argv[2]  # another "host" writing to the same export
 from lifeboatcache_backend_nfs.backend import NFSBackend, NFSConfig
 from lifeboatcache_core.chunkfile import BlockMeta

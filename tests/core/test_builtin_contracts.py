@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from lifeboatcache_backend_file.backend import FileBackend, FileConfig
 from lifeboatcache_core.builtin.dram import DramBackend
-from lifeboatcache_core.builtin.file import FileBackend, FileConfig
 from lifeboatcache_core.builtin.lru import LRUPolicy
 from lifeboatcache_core.builtin.none_codec import NoneCodec
 from lifeboatcache_core.chunkfile import BlockMeta

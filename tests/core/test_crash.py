@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
-from lifeboatcache_core.builtin.file import FileBackend, FileConfig
+from lifeboatcache_backend_file.backend import FileBackend, FileConfig
 
 from .crash import crash_payload, kill_writer_once, parse_crash_key
 

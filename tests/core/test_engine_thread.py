@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from lifeboatcache_backend_file.backend import FileBackend
 from lifeboatcache_core.abc import ManifestStore, Row
-from lifeboatcache_core.builtin.file import FileBackend
 from lifeboatcache_core.config import TierConfig
 from lifeboatcache_core.hookspecs import hookimpl
 from lifeboatcache_core.keys import BlockKey, Namespace

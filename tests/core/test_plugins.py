@@ -65,14 +65,14 @@ def test_duplicate_name_names_both_distributions() -> None:
     class Clash:
         @hookimpl
         def lifeboatcache_add_backends(self, register):  # type: ignore[no-untyped-def]
-            register.backend("file", "somewhere.else:FileBackend")
+            register.backend("dram", "somewhere.else:DramBackend")
 
     register_plugin(Clash(), "clash", distribution="evil-dist")
     status = get_registry().plugins["clash"]
     assert status.status.startswith("FAILED") and isinstance(status.error, DuplicatePluginError)
     assert "lifeboatcache-core" in status.status and "evil-dist" in status.status
     # the built-in is untouched
-    assert get_registry().registration("backend", "file").distribution == "lifeboatcache-core"
+    assert get_registry().registration("backend", "dram").distribution == "lifeboatcache-core"
 
 
 def test_broken_plugin_does_not_stop_others() -> None:
@@ -111,7 +111,9 @@ def test_load_plugins_env_keeps_builtins(monkeypatch: pytest.MonkeyPatch) -> Non
     reg = get_registry()
     assert {"dram", "file"} <= set(reg.names("backend"))
     assert all(s.status in ("inactive", "ok") for s in reg.plugins.values())
-    third_party = [n for n, s in reg.plugins.items() if s.distribution != "lifeboatcache-core"]
+    # the core's defaults (the nvme tier and the local fallback are file tiers) stay loadable
+    assert reg.plugins["file"].status == "ok" and reg.plugins["file"].distribution == "lifeboatcache-backend-file"
+    third_party = [n for n, s in reg.plugins.items() if s.distribution != "lifeboatcache-core" and n != "file"]
     assert all(reg.plugins[n].status == "inactive" for n in third_party)
 
 
@@ -120,7 +122,9 @@ def test_cli_plugins_json() -> None:
                          capture_output=True, text=True, timeout=60, check=True).stdout
     rows = json.loads(out)
     by_name = {(r["name"], r["kind"]): r for r in rows}
-    for name, kind in [("dram", "backend"), ("file", "backend"), ("lru", "policy"), ("none", "codec")]:
+    for name, kind in [("dram", "backend"), ("lru", "policy"), ("none", "codec")]:
         row = by_name[(name, kind)]
         assert row["status"] == "ok" and row["distribution"] == "lifeboatcache-core" and row["version"]
+    row = by_name[("file", "backend")]
+    assert row["status"] == "ok" and row["distribution"] == "lifeboatcache-backend-file" and row["version"]
     assert all({"name", "kind", "distribution", "version", "status"} <= set(r) for r in rows)

@@ -7,7 +7,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from lifeboatcache_core.builtin.file import MANIFEST_NAME
+from lifeboatcache_backend_file.backend import MANIFEST_NAME
 
 from ..core.helpers import blobs, file_tier, keys, open_cache
 

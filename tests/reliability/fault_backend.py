@@ -11,8 +11,8 @@ import errno
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from lifeboatcache_backend_file.backend import FileBackend, FileConfig
 from lifeboatcache_core.abc import Backend
-from lifeboatcache_core.builtin.file import FileBackend, FileConfig
 from lifeboatcache_core.chunkfile import BlockMeta, Buffer
 from lifeboatcache_core.hookspecs import hookimpl
 from lifeboatcache_core.keys import BlockKey

@@ -64,7 +64,7 @@ def tier_config(path: Path, durability: str) -> dict[str, Any]:
 @contextlib.contextmanager
 def deletes_reported(report: Callable[[tuple[int, int]], None]) -> Iterator[None]:
     """Tell ``report`` about every block the file backend is about to delete (an eviction)."""
-    from lifeboatcache_core.builtin import file as file_mod
+    import lifeboatcache_backend_file.backend as file_mod
 
     original = file_mod.FileBackend.delete
 
@@ -88,7 +88,7 @@ def _writer(config: dict[str, Any], r: int, variant: str, must_hold: list[tuple[
     power cut stops the filesystem, or to its end. Reports through ``conn``: ("served", n),
     ("lost", key), ("wrong", key), ("unsynced", detail), ("ack", i), ("del", key), ("closed",).
     """
-    from lifeboatcache_core.builtin import file as file_mod
+    import lifeboatcache_backend_file.backend as file_mod
     from lifeboatcache_core.cache import TieredCache
     from lifeboatcache_core.config import load_config_dict
 

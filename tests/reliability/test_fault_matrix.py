@@ -423,7 +423,7 @@ def test_fault(fault_cls: type[Fault], tmp_path: Path, request: pytest.FixtureRe
 
 def test_fault_backend_reports_eio_like_the_kernel(tmp_path: Path) -> None:
     """The injector itself: EIO with the errno and the path, like a real failing read."""
-    from lifeboatcache_core.builtin.file import FileConfig
+    from lifeboatcache_backend_file.backend import FileConfig
 
     from tests.reliability.fault_backend import FaultyFileBackend
 

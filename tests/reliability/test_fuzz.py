@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from lifeboatcache_core.builtin.file import FileBackend, FileConfig
+from lifeboatcache_backend_file.backend import FileBackend, FileConfig
 from lifeboatcache_core.chunkfile import (
     FIXED,
     FIXED_LEN,

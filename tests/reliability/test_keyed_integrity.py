@@ -13,7 +13,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from lifeboatcache_core.builtin.file import FileBackend, FileConfig
+from lifeboatcache_backend_file.backend import FileBackend, FileConfig
 from lifeboatcache_core.chunkfile import FIXED, FIXED_LEN, BlockMeta, build_header
 from lifeboatcache_core.errors import ConfigError
 from lifeboatcache_core.integrity import ENV_KEYS, BlockSigner, TamperedBlockError

@@ -27,11 +27,14 @@ GROUP = "lifeboatcache"
 CORE_DIST = "lifeboatcache-core"
 BUILTINS: dict[str, str] = {
     "dram": "lifeboatcache_core.builtin._plugin_dram",
-    "file": "lifeboatcache_core.builtin._plugin_file",
     "lru": "lifeboatcache_core.builtin._plugin_lru",
     "none": "lifeboatcache_core.builtin._plugin_none",
     "sqlite": "lifeboatcache_core.builtin._plugin_sqlite",
 }
+#: entry points the core's own defaults select (the default config's ``nvme`` tier and the local
+#: fallback are ``file`` tiers, from ``lifeboatcache-backend-file``): kept like the built-ins when
+#: ``LIFEBOATCACHE_LOAD_PLUGINS`` selects a subset, so that subset never breaks the defaults
+DEFAULT_PLUGINS = frozenset({"file"})
 HOOKS = (
     "lifeboatcache_add_backends",
     "lifeboatcache_add_manifests",
@@ -84,7 +87,7 @@ def _build() -> tuple[PluginRegistry, pluggy.PluginManager]:
     only = _env_names("LIFEBOATCACHE_LOAD_PLUGINS")
 
     def active(name: str) -> bool:
-        return name not in disabled and (only is None or name in only or name in BUILTINS)
+        return name not in disabled and (only is None or name in only or name in BUILTINS or name in DEFAULT_PLUGINS)
 
     for name, module in BUILTINS.items():
         if name in disabled:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import xxhash
-from lifeboatcache_core.builtin.file import FileBackend, FileConfig
+from lifeboatcache_backend_file.backend import FileBackend, FileConfig
 from lifeboatcache_core.chunkfile import BlockMeta, Buffer
 from lifeboatcache_core.config import default_cache_dir
 from lifeboatcache_core.errors import TierUnavailableError

@@ -34,8 +34,6 @@ from typing import Literal
 
 import numpy as np
 import xxhash
-from pydantic import Field
-
 from lifeboatcache_core.abc import Backend, PluginConfig
 from lifeboatcache_core.chunkfile import (
     DIRECT_ALIGN,
@@ -52,6 +50,7 @@ from lifeboatcache_core.chunkfile import (
 from lifeboatcache_core.errors import CorruptBlockError, TierFullError, TierUnavailableError
 from lifeboatcache_core.keys import MAX_DIGEST_BYTES, BlockKey, valid_namespace
 from lifeboatcache_core.manifest import sqlite_url
+from pydantic import Field
 
 SUFFIX = ".lbk"
 MANIFEST_NAME = "manifest.sqlite"
