@@ -19,10 +19,14 @@ from lifeboatcache_core.chunkfile import BlockMeta
 from lifeboatcache_core.config import LifeboatConfig
 from lifeboatcache_core.errors import TierUnavailableError
 from lifeboatcache_core.keys import BlockKey
-from lifeboatcache_core.testing import BackendContract, CorruptionContract, backend_state_machine
+from lifeboatcache_core.testing import (
+    BackendContract,
+    CorruptionContract,
+    RecoveryContract,
+    RecoveryHelperContract,
+    backend_state_machine,
+)
 from lifeboatcache_core.testing.contracts import key
-
-from tests.backends.backend_checks import RecoveryHelperChecks
 
 
 def memory_backend(where: Path) -> FsspecBackend:
@@ -41,12 +45,12 @@ class _Damage:
         backend.fs.pipe_file(path, mutate(backend.fs.cat_file(path)))
 
 
-class TestFsspecMemory(_Damage, RecoveryHelperChecks, BackendContract, CorruptionContract):
+class TestFsspecMemory(_Damage, RecoveryHelperContract, BackendContract, CorruptionContract):
     def make_backend(self, tmp_path: Path) -> FsspecBackend:
         return memory_backend(tmp_path)
 
 
-class TestFsspecFile(_Damage, RecoveryHelperChecks, BackendContract, CorruptionContract):
+class TestFsspecFile(_Damage, RecoveryHelperContract, BackendContract, CorruptionContract):
     def make_backend(self, tmp_path: Path) -> FsspecBackend:
         return file_backend(tmp_path)
 
@@ -55,6 +59,11 @@ class TestFsspecFile(_Damage, RecoveryHelperChecks, BackendContract, CorruptionC
         k = key(1)
         backend.put(k, [b"z" * 100], BlockMeta.new(k, 100))
         assert not list(Path(backend.root).rglob("*.partial"))
+
+
+class TestFsspecMemoryRecovery(RecoveryContract):
+    def tier_options(self, tmp_path: Path) -> dict[str, object]:
+        return {"backend": "fsspec", "url": memory_backend(tmp_path).config.url}
 
 
 def test_memory_state_machine() -> None:

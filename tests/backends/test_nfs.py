@@ -26,10 +26,14 @@ from lifeboatcache_core.chunkfile import BlockMeta, decode_block
 from lifeboatcache_core.config import LifeboatConfig
 from lifeboatcache_core.errors import TierUnavailableError
 from lifeboatcache_core.keys import BlockKey
-from lifeboatcache_core.testing import BackendContract, CorruptionContract, backend_state_machine
+from lifeboatcache_core.testing import (
+    BackendContract,
+    CorruptionContract,
+    RecoveryContract,
+    RecoveryHelperContract,
+    backend_state_machine,
+)
 from lifeboatcache_core.testing.contracts import key
-
-from tests.backends.backend_checks import RecoveryHelperChecks
 
 
 def make_nfs(where: Path, **options: Any) -> NFSBackend:
@@ -48,9 +52,15 @@ class _Damage:
         path.write_bytes(mutate(path.read_bytes()))
 
 
-class TestNFSContract(_Damage, RecoveryHelperChecks, BackendContract, CorruptionContract):
+class TestNFSContract(_Damage, RecoveryHelperContract, BackendContract, CorruptionContract):
     def make_backend(self, tmp_path: Path) -> NFSBackend:
         return make_nfs(tmp_path)
+
+
+class TestNFSRecovery(RecoveryContract):
+    def tier_options(self, tmp_path: Path) -> dict[str, object]:
+        (tmp_path / "export").mkdir(exist_ok=True)
+        return {"backend": "nfs", "path": str(tmp_path / "export"), "require_nfs_mount": False}
 
 
 class TestNFSContractWithDeadlines(_Damage, BackendContract, CorruptionContract):

@@ -25,12 +25,12 @@ from lifeboatcache_core.testing import (
     BackendContract,
     ClaimedSizeContract,
     CorruptionContract,
+    RecoveryHelperContract,
     backend_state_machine,
     claiming_block,
 )
 from lifeboatcache_core.testing.contracts import key
 
-from tests.backends.backend_checks import RecoveryHelperChecks
 from tests.backends.backend_faultproxy import FaultProxy
 from tests.backends.backend_lying_s3 import LyingS3
 from tests.backends.backend_servers import MotoServer, free_port
@@ -71,7 +71,7 @@ def contract_s3(endpoint: str, bucket: str, where: Path) -> S3Backend:
 
 
 @pytest.mark.usefixtures("aws_env")
-class TestS3Contract(RecoveryHelperChecks, BackendContract, CorruptionContract, ClaimedSizeContract):
+class TestS3Contract(RecoveryHelperContract, BackendContract, CorruptionContract, ClaimedSizeContract):
     @pytest.fixture(autouse=True)
     def _server(self, moto: MotoServer, contract_bucket: str) -> Iterator[None]:
         self.endpoint, self.bucket = moto.endpoint, contract_bucket

@@ -21,6 +21,8 @@ from lifeboatcache_core.testing import (
     CorruptionContract,
     ManifestStoreContract,
     PolicyContract,
+    RecoveryContract,
+    RecoveryHelperContract,
     backend_state_machine,
     claiming_block,
 )
@@ -47,7 +49,7 @@ class _FileDamage:
         return backend
 
 
-class TestFileBackend(_FileDamage, BackendContract, CorruptionContract, ClaimedSizeContract):
+class TestFileBackend(_FileDamage, RecoveryHelperContract, BackendContract, CorruptionContract, ClaimedSizeContract):
     def make_backend(self, tmp_path: Path) -> FileBackend:
         return file_backend(tmp_path)
 
@@ -57,9 +59,20 @@ class TestFileBackendFsync(BackendContract):
         return file_backend(tmp_path, durability="fsync")
 
 
-class TestFileBackendDirect(_FileDamage, BackendContract, CorruptionContract, ClaimedSizeContract):
+class TestFileBackendDirect(_FileDamage, RecoveryHelperContract, BackendContract, CorruptionContract,
+                            ClaimedSizeContract):
     def make_backend(self, tmp_path: Path) -> FileBackend:
         return file_backend(tmp_path, o_direct=True)
+
+
+class TestFileRecovery(RecoveryContract):
+    def tier_options(self, tmp_path: Path) -> dict[str, object]:
+        return {"backend": "file", "path": str(tmp_path / "tier")}
+
+
+class TestFileDirectRecovery(RecoveryContract):
+    def tier_options(self, tmp_path: Path) -> dict[str, object]:
+        return {"backend": "file", "path": str(tmp_path / "tier"), "o_direct": True}
 
 
 class TestDramBackend(BackendContract):

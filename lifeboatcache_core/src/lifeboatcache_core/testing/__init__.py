@@ -19,6 +19,7 @@ from lifeboatcache_core.testing.contracts import (
     claiming_block,
     random_kv,
 )
+from lifeboatcache_core.testing.recovery import RecoveryContract, RecoveryHelperContract
 from lifeboatcache_core.testing.statemachine import backend_state_machine
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "CorruptionContract",
     "ManifestStoreContract",
     "PolicyContract",
+    "RecoveryContract",
+    "RecoveryHelperContract",
     "backend_state_machine",
     "claiming_block",
     "random_kv",
