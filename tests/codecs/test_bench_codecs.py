@@ -7,6 +7,8 @@ teacher-forced scoring, the JSON document — from rotting.
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from lifeboatcache.bench.codecs import BENCH_CODECS, KVScorer, run_benchmark
+from lifeboatcache.bench.codecs import BENCH_CODECS, KVScorer, _timed, run_benchmark
 
 
 @pytest.fixture(scope="module")
@@ -48,3 +50,33 @@ def test_every_codec_reports_every_figure(scorer: KVScorer, tmp_path: Path) -> N
     # fewer bits, more error: the figures are measured, not copied
     assert doc["codecs"]["lbq4"]["v_rel_err"] < doc["codecs"]["lbq3"]["v_rel_err"] < doc["codecs"]["lbq2"]["v_rel_err"]
     assert doc["codecs"]["lbq2"]["ratio"] > doc["codecs"]["lbq3"]["ratio"] > doc["codecs"]["lbq4"]["ratio"] > 2.5
+
+
+def test_zipnn_is_a_reference_column_of_the_same_run(scorer: KVScorer, tmp_path: Path) -> None:
+    doc = run_benchmark(scorer, ["lossless"], block_tokens=32, repeats=1, rotation_dir=tmp_path,
+                        references=("zipnn",))
+    zipnn, ours = doc["codecs"]["zipnn"], doc["codecs"]["lossless"]
+    assert zipnn["reference"] is True and zipnn["codec"].startswith("zipnn ")
+    assert zipnn["k_rel_err"] == 0 and zipnn["v_rel_err"] == 0  # lossless (the bytes are also compared)
+    for row in (zipnn, ours):
+        assert row["ratio"] > 1
+        assert min(row[f"{d}_GBps{w}"] for d in ("encode", "decode") for w in ("", "_wall", "_wall_threads")) > 0
+
+
+def test_speeds_count_the_cpu_time_of_every_thread() -> None:
+    """A library computing in a thread of its own is not free: its CPU time is counted."""
+    spent: list[float] = []
+
+    def busy() -> None:
+        start = time.thread_time()
+        while time.thread_time() - start < 0.2:
+            pass
+        spent.append(time.thread_time() - start)
+
+    def in_a_thread() -> None:
+        worker = threading.Thread(target=busy)
+        worker.start()
+        worker.join()
+
+    cpu, _ = _timed(in_a_thread)
+    assert cpu >= 0.5 * spent[0]
