@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -57,7 +60,8 @@ def round_trip(codec: LosslessCodec, raw: bytes, layout: KVLayout | None) -> tup
     return bytes(dest), len(payload)
 
 
-@pytest.mark.parametrize("config", [LosslessConfig(), LosslessConfig(compressor="lz4"), LosslessConfig(level=9)])
+@pytest.mark.parametrize("config", [LosslessConfig(), LosslessConfig(compressor="zstd"),
+                                    LosslessConfig(compressor="lz4"), LosslessConfig(compressor="zstd", level=9)])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(block=blocks())
 def test_exact_and_never_larger(config: LosslessConfig, block: tuple[KVLayout, bytes]) -> None:
@@ -107,7 +111,7 @@ def test_garbage_compressed_plane_is_corrupt() -> None:
     x = (np.random.default_rng(3).standard_normal(4096)).astype(np.float32)
     raw = (x.view(np.uint32) >> 16).astype(np.uint16).tobytes()
     layout = KVLayout("bfloat16", (4096,), ("dim",))
-    codec = LosslessCodec()
+    codec = LosslessCodec(LosslessConfig(compressor="zstd"))
     pieces, params = codec.encode(memoryview(raw), layout)
     assert "zstd" in params["methods"]
     payload = bytearray(b"".join(bytes(p) for p in pieces))
@@ -115,3 +119,87 @@ def test_garbage_compressed_plane_is_corrupt() -> None:
     payload[zstd_at: zstd_at + 8] = b"\xff" * 8  # the zstd frame's magic and header
     with pytest.raises(CorruptBlockError):
         codec.decode(memoryview(bytes(payload)), params, layout, memoryview(bytearray(len(raw))))
+
+
+def _kv_like(count: int, seed: int = 4) -> bytes:
+    """bf16 values with a per-channel scale, like K: what the codec is for."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((count // 64, 64)) * rng.uniform(0.1, 8, 64)).astype(np.float32)
+    return (x.view(np.uint32) >> 16).astype(np.uint16).tobytes()
+
+
+def test_format_1_blocks_still_decode_with_the_default_codec() -> None:
+    """Blocks a tier stored with format 1 (zstd planes, the default before) decode after the upgrade."""
+    raw = _kv_like(1 << 16)
+    layout = KVLayout("bfloat16", (2, 1, 256, 2, 64), AXES)
+    pieces, params = LosslessCodec(LosslessConfig(compressor="zstd")).encode(memoryview(raw), layout)
+    assert params["planes"] == 2 and "zstd" in params["methods"]
+    dest = bytearray(len(raw))
+    LosslessCodec().decode(memoryview(b"".join(bytes(p) for p in pieces)), params, layout, memoryview(dest))
+    assert dest == raw
+
+
+def test_format_2_is_the_default_and_beats_format_1() -> None:
+    raw = _kv_like(1 << 18)
+    layout = KVLayout("bfloat16", (2, 2, 256, 2, 64), AXES)
+    _, params = LosslessCodec().encode(memoryview(raw), layout)
+    assert params == {"format": 2}
+    out, stored = round_trip(LosslessCodec(), raw, layout)
+    _, stored_v1 = round_trip(LosslessCodec(LosslessConfig(compressor="zstd")), raw, layout)
+    assert out == raw and stored < stored_v1
+
+
+@settings(max_examples=60, deadline=None)
+@given(cut=st.integers(0, 10_000), flips=st.lists(st.tuples(st.integers(0, 10**9), st.integers(1, 255)), max_size=4))
+def test_damaged_format_2_payload_is_corrupt_never_a_crash(cut: int, flips: list[tuple[int, int]]) -> None:
+    """The C decoder checks every length it reads: a truncated payload is corrupt, a flipped one
+    is corrupt or decodes to some bytes of the right size (the tier's digest catches those)."""
+    raw = _kv_like(1 << 14)
+    layout = KVLayout("bfloat16", (2, 1, 64, 2, 64), AXES)
+    pieces, params = LosslessCodec().encode(memoryview(raw), layout)
+    payload = bytearray(b"".join(bytes(p) for p in pieces))
+    dest = bytearray(len(raw))
+    if cut:
+        del payload[-1 - cut % len(payload):]
+        with pytest.raises(CorruptBlockError):
+            LosslessCodec().decode(memoryview(bytes(payload)), params, layout, memoryview(dest))
+        return
+    for at, xor in flips:
+        payload[at % len(payload)] ^= xor
+    try:
+        LosslessCodec().decode(memoryview(bytes(payload)), params, layout, memoryview(dest))
+    except CorruptBlockError:
+        return
+    assert len(dest) == len(raw)
+
+
+def test_format_2_runs_without_the_gil() -> None:
+    """Another Python thread runs while blocks encode: the cache's I/O threads code blocks in parallel.
+
+    No timing: with a switch interval of minutes the interpreter never takes the GIL from the
+    encoding thread, which encodes block after block until the main thread says it ran. Holding
+    the GIL in C, the main thread could only run once all ``ROUNDS`` encodes were done.
+    """
+    rounds = 200
+    raw = _kv_like(1 << 22)  # 8 MiB
+    layout = KVLayout("bfloat16", (2, 4, 1024, 8, 64), AXES)
+    codec = LosslessCodec()
+    started, main_ran, done = threading.Event(), threading.Event(), []
+
+    def encode() -> None:
+        started.set()
+        while not main_ran.is_set() and len(done) < rounds:
+            codec.encode(memoryview(raw), layout)
+            done.append(1)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(300.0)
+    try:
+        worker = threading.Thread(target=encode)
+        worker.start()
+        started.wait()
+        main_ran.set()
+        worker.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(done) < rounds
