@@ -29,8 +29,8 @@ def test_unknown_backend_suggests_and_lists() -> None:
 
 
 def test_unknown_top_level_key_lists_valid_keys() -> None:
-    with pytest.raises(ConfigError,
-                       match=r"tierz: unknown key; valid keys: dashboard, engine, fallback_local, promote, staging, tiers"):
+    with pytest.raises(ConfigError, match=r"tierz: unknown key; valid keys: "
+                                          r"dashboard, engine, fallback_local, promote, staging, tiers"):
         load_config_dict({"tierz": []})
 
 
@@ -159,3 +159,40 @@ def test_staging_table_is_validated_with_key_paths(tmp_path: Path) -> None:
     assert "did you mean 'rate_mb_s'?" in problems["staging.rate"]
     with pytest.raises(ConfigError, match=r"staging\.grace_s"):
         load_config_dict({"staging": {"grace_s": "soon"}})
+
+
+def test_a_manifest_url_no_store_serves_fails_at_load(tmp_path: Path) -> None:
+    """The URL's scheme picks the manifest store; an unknown one is a config error naming the
+    key and the close match, not a tier that fails when it opens."""
+    with pytest.raises(ConfigError, match=r"tiers\.0: manifest_url: unknown manifest 'postgresq'\. "
+                                          r"Did you mean 'postgresql'\? Available manifests: postgresql, sqlite"):
+        load_config_dict({"tiers": [tier(tmp_path, manifest_url="postgresq://db.example/kv")]})
+    with pytest.raises(ConfigError, match=r"manifest_url: '/var/m\.sqlite' is not a URL"):
+        load_config_dict({"tiers": [tier(tmp_path, manifest_url="/var/m.sqlite")]})
+    for url in (f"sqlite:///{tmp_path / 'm.sqlite'}", "postgresql+psycopg://lifeboat@db.example/kv"):
+        assert load_config_dict({"tiers": [tier(tmp_path, manifest_url=url)]}).tiers[0].manifest_url == url
+    # without a manifest the URL is never opened, so it is not checked either
+    assert not load_config_dict({"tiers": [tier(tmp_path, manifest=False, manifest_url="nope://x")]}).tiers[0].manifest
+
+
+def test_a_known_manifest_store_whose_package_is_missing_still_loads(tmp_path: Path) -> None:
+    """Not a typo but a node without the package: the tier says what to install when it opens
+    (tests/backends/test_fleet.py), the config is not refused."""
+    from lifeboatcache_core.plugins import get_registry
+
+    get_registry().entries["manifest"].pop("postgresql", None)  # as if lifeboatcache-manifest-postgres were absent
+    url = "postgresql://db.example/kv"
+    assert load_config_dict({"tiers": [tier(tmp_path, manifest_url=url)]}).tiers[0].manifest_url == url
+
+
+def test_cli_config_validate_lists_a_wrong_manifest_scheme(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[[tiers]]\nbackend = "file"\ncapacity_gb = 1\npath = "{tmp_path}"\ndurabilty = "fsync"\n'
+                   'manifest_url = "sqlit:///m.sqlite"\n')
+    result = _cli("config", "validate", str(bad))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].endswith("2 problems"), result.stderr
+    problems = {line.strip().split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines[1:]}
+    assert set(problems) == {"tiers.0.durabilty", "tiers.0.manifest_url"}
+    assert "unknown manifest 'sqlit'. Did you mean 'sqlite'?" in problems["tiers.0.manifest_url"]

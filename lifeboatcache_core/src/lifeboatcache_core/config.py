@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from lifeboatcache_core.abc import PluginConfig
-from lifeboatcache_core.errors import ConfigError, LifeboatError
+from lifeboatcache_core.errors import ConfigError, LifeboatError, UnknownPluginError
 from lifeboatcache_core.integrity import BlockSigner, signer_from_keys
 from lifeboatcache_core.registry import Kind
 
@@ -56,6 +56,33 @@ def _validate_plugin_options(kind: Kind, name: str, options: dict[str, Any], whe
         return model.model_validate(options)
     except ValidationError as exc:
         raise ValueError(f"{where}: {format_validation_error(exc, model, prefix='')}") from None
+
+
+def manifest_scheme(url: str) -> str:
+    """The manifest store a URL selects: its scheme without a driver (``postgresql+psycopg://`` → ``postgresql``)."""
+    return url.partition(":")[0].partition("+")[0].lower()
+
+
+def _check_manifest_url(url: str) -> None:
+    """Fail at config load, not when the tier opens, when no store is registered for the URL's scheme.
+
+    Opening a tier with an unknown scheme takes the tier down at start, so a misspelt scheme
+    is reported with the other config problems. A first-party store whose package is not
+    installed here (``postgresql`` without ``lifeboatcache-manifest-postgres``) is a valid
+    config on a node that lacks it: as before, that tier is down with the install hint as its
+    reason when it opens, and the others serve.
+    """
+    from lifeboatcache_core.plugins import get_registry
+
+    if ":" not in url:
+        raise ValueError(f"{url!r} is not a URL: give its scheme (sqlite:///path/manifest.sqlite, "
+                         "postgresql://host/db)")
+    try:
+        get_registry().registration("manifest", manifest_scheme(url))
+    except UnknownPluginError as exc:
+        raise ValueError(str(exc)) from None
+    except LifeboatError:
+        pass  # known but not loadable here: the tier reports it when it opens
 
 
 class TierConfig(BaseModel):
@@ -119,6 +146,11 @@ class TierConfig(BaseModel):
         )
         self._codec_options = _validate_plugin_options("codec", self.codec, self.codec_options, "codec_options")
         self._policy_options = _validate_plugin_options("policy", self.policy, self.policy_options, "policy_options")
+        if self.manifest and self.manifest_url is not None:
+            try:
+                _check_manifest_url(self.manifest_url)
+            except ValueError as exc:
+                raise ValueError(f"manifest_url: {exc}") from None
         if self.integrity == "keyed":
             self.integrity_signer()  # a missing or weak key is a config error, not a serving-time surprise
         return self
@@ -366,6 +398,12 @@ def _tier_plugin_problems(i: int, tier: dict[str, Any]) -> list[tuple[str, str]]
                     out.append((where, f"required {kind} option is missing"))
                 else:
                     out.append((where, err["msg"].removeprefix("Value error, ")))
+    url = tier.get("manifest_url")
+    if isinstance(url, str) and tier.get("manifest", True) is not False:
+        try:
+            _check_manifest_url(url)
+        except ValueError as exc:
+            out.append((f"tiers.{i}.manifest_url", str(exc)))
     return out
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from lifeboatcache_core.abc import Backend, BlockHint, Codec, EvictionPolicy, KVLayout, ManifestStore
 from lifeboatcache_core.chunkfile import BlockMeta
+from lifeboatcache_core.config import manifest_scheme
 from lifeboatcache_core.errors import CorruptBlockError, LifeboatError, ManifestError, TierFullError
 from lifeboatcache_core.integrity import BlockSigner, TamperedBlockError
 from lifeboatcache_core.keys import BlockKey
@@ -764,11 +765,6 @@ class Tier:
                 self.backend.close()
             except Exception as exc:
                 log.warning("tier %s: close failed: %s", self.name, exc)
-
-
-def manifest_scheme(url: str) -> str:
-    """The manifest store a URL selects: its scheme without a driver (``postgresql+psycopg://`` → ``postgresql``)."""
-    return url.partition(":")[0].partition("+")[0].lower()
 
 
 def _reason(exc: BaseException) -> str:
