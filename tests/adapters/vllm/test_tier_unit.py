@@ -248,33 +248,47 @@ def demotions_settle(tier: LifeboatTier, settled: int) -> None:
 
 
 def test_a_full_tier_gives_up_copies_vllms_cpu_tier_holds_for_chunks_it_is_about_to_drop(tmp_path: Path) -> None:
-    """keep_prefixes would keep A's hot heads and decline B's deep chunks; A is in the CPU tier too.
+    """keep_prefixes would keep A's hot chunks and decline most of B's; A is in the CPU tier too.
 
-    So A's newest copies here go for B's demotions; A's chunks become deferred and are stored
-    byte-exact once they in turn near the CPU tier's eviction end.
+    So A's deepest copies here go for B's demotions (A's head stays: keep_prefixes ranks it
+    above them); A's chunks become deferred and are stored byte-exact once they in turn near
+    the CPU tier's eviction end.
     """
     tier, _ = full_tier_holding_a(tmp_path, keep_prefixes=True)
-    tier.submit_store(TransferJob(2, SESSION_B[2:], np.asarray([4, 5], np.int32), False,
-                                  chain_context("b1", SESSION_B)))  # B2, B3: depths 2 and 3 of B's chain
+    tier.submit_store(TransferJob(2, SESSION_B[1:], np.asarray([4, 5, 6], np.int32), False,
+                                  chain_context("b1", SESSION_B)))  # B1-B3: depths 1-3 of B's chain
     assert finish(tier, 2).success
-    assert tier.exclusive_counts["deferred"] == 2
-    # A's next turn hits in the CPU tier: its chunks are the newest there, B2 and B3 the coldest
+    assert tier.exclusive_counts["deferred"] == 3
+    # A's next turn hits in the CPU tier: its chunks are the newest there, B1-B3 the coldest three
     tier.on_request_finished(chain_context("a2", SESSION_A))
-    demotions_settle(tier, 2)
-    assert (tier.exclusive_counts["demoted"], tier.exclusive_counts["demotions_refused"]) == (2, 0)
-    assert tier.exclusive_counts["given_up"] == 2
-    assert held(tier, [*SESSION_A, *SESSION_B[2:]]) == [False, False, True, True, True, True]
-    # C lands in the CPU tier (deferred: still full); a request over B and C leaves A the coldest
-    tier.submit_store(TransferJob(3, SESSION_C[:2], np.asarray([6, 7], np.int32), False,
-                                  chain_context("c1", SESSION_C[:2])))
-    assert finish(tier, 3).success
-    tier.on_request_finished(chain_context("x", [*SESSION_B[2:], *SESSION_C[:2]]))
-    # A1, now among the coldest three (A3, A2, A1), takes the copy of B2, the CPU tier's newest
     demotions_settle(tier, 3)
-    assert tier.exclusive_counts["demoted"] == 3
-    assert held(tier, [SESSION_A[1], SESSION_B[2]]) == [True, False]
-    row = stored_bytes(tier, SESSION_A[1])
-    assert row is not None and (row == 2).all()  # row r holds r + 1
+    assert (tier.exclusive_counts["demoted"], tier.exclusive_counts["demotions_refused"]) == (3, 0)
+    assert tier.exclusive_counts["given_up"] == 3
+    assert held(tier, [*SESSION_A, *SESSION_B[1:]]) == [True, False, False, False, True, True, True]
+    # C0 lands in the CPU tier (deferred: still full); a request over B and C leaves A1-A3 the coldest
+    tier.submit_store(TransferJob(3, SESSION_C[:1], np.asarray([7], np.int32), False,
+                                  chain_context("c1", SESSION_C[:1])))
+    assert finish(tier, 3).success
+    tier.on_request_finished(chain_context("x", [*SESSION_B[1:], *SESSION_C[:1]]))
+    demotions_settle(tier, 6)  # A1-A3 are stored again, for B's copies (not A0's: depth 0)
+    assert tier.exclusive_counts["demoted"] == 6
+    assert held(tier, [*SESSION_A, *SESSION_B[1:]]) == [True, True, True, True, False, False, False]
+    for n, key in enumerate(SESSION_A):
+        row = stored_bytes(tier, key)
+        assert row is not None and (row == n + 1).all()  # row r holds r + 1
+    tier.shutdown()
+
+
+def test_a_full_tier_never_gives_up_a_shallower_copy_for_a_deeper_chunk(tmp_path: Path) -> None:
+    """B3 (depth 3) may take only copies at least as deep; A0 and A1 stay, A2 and A3 are about to be demoted."""
+    tier, _ = full_tier_holding_a(tmp_path, keep_prefixes=True)
+    tier.submit_store(TransferJob(2, SESSION_B[3:], np.asarray([4], np.int32), False,
+                                  chain_context("b1", SESSION_B)))
+    assert finish(tier, 2).success
+    tier.on_request_finished(chain_context("a2", SESSION_A))  # coldest three: B3, A3, A2
+    demotions_settle(tier, 1)
+    assert tier.exclusive_counts["given_up"] == 0
+    assert held(tier, SESSION_A) == [True] * 4
     tier.shutdown()
 
 

@@ -350,31 +350,43 @@ class LifeboatTier(SecondaryTierManager):
         for d in deferred:
             d.submitted = True
         rows = self._rows(self._shadow.row_of(k) for k in keys)  # type: ignore[misc]
-        given_up = self._copies_to_give_up(cache, len(keys), set(cold))
+        depths = [d.hint.depth for d in deferred if d.hint is not None and d.hint.depth is not None]
+        given_up = self._copies_to_give_up(cache, len(keys), set(cold), min(depths, default=0))
         cache_job = cache.submit_put([self._key(k) for k in keys], rows, layout=self._layout,
                                      hints=[d.hint for d in deferred], digests=[d.digest for d in deferred],
                                      replacing=[self._key(k) for k in given_up])
         self._demotions[cache_job] = keys
 
-    def _copies_to_give_up(self, cache: TieredCache, n: int, cold: set[OffloadKey]) -> list[OffloadKey]:
+    def _copies_to_give_up(self, cache: TieredCache, n: int, cold: set[OffloadKey],
+                           depth: int) -> list[OffloadKey]:
         """Up to ``n`` chunks to drop here so that ``n`` demotions fit a full tier; they become deferred.
 
         A chunk vLLM's CPU tier holds too is worth nothing here until that tier drops it, while
         a demoted one is lost unless stored now. Without this, a full tier would evict for a
         demotion by its own policy, which keeps exactly these chunks (the hottest, the sessions'
         heads: every use in the CPU tier refreshes them here too) and takes a chunk that only it
-        holds, or declines the demotion (``keep_prefixes``). Taken newest first: the CPU tier
-        keeps those longest, and the coldest rows (about to be demoted themselves) never.
+        holds, or declines the demotion (``keep_prefixes``). Only chunks at least ``depth`` deep
+        in their prefix chain (the shallowest demoted one's), deepest first, as ``keep_prefixes``
+        ranks them: a session's head stays here too, since agents return in turn and a head
+        that went back and forth between the tiers would be lost in a cycle. Never one of the
+        CPU tier's coldest rows: that tier is about to drop those, and then their copy here is
+        the one left. Among equals the newest, which that tier keeps longest.
         """
         if cache.free_bytes() >= n * self._payload_bytes:
             return []
-        out: list[OffloadKey] = []
+        eligible: list[tuple[int, OffloadKey]] = []
         for key in self._shadow.newest():
-            if len(out) == n:
-                break
             copy = self._copies.get(key)
             if copy is None or key in cold or key in self._deferred:
                 continue
+            chunk_depth = copy.hint.depth if copy.hint is not None and copy.hint.depth is not None else depth
+            if chunk_depth >= depth:
+                eligible.append((chunk_depth, key))
+        eligible.sort(key=lambda item: -item[0])  # stable: newest first among equal depths
+        out: list[OffloadKey] = []
+        for _depth, key in eligible:
+            if len(out) == n:
+                break
             if not cache.presence([self._key(key)])[0]:  # evicted here meanwhile: nothing to give up
                 del self._copies[key]
                 continue
