@@ -114,3 +114,29 @@ def test_free_bytes_is_the_room_of_the_bottom_tier_before_a_store_evicts(tmp_pat
         assert 0 < left < 32 * 1024
         cache.put(keys(1, start=1), blobs(1, 32 * 1024))  # evicts: nothing is left
         assert cache.free_bytes() < 32 * 1024
+
+
+def test_a_put_replacing_blocks_takes_their_room_not_the_policys_victim(tmp_path: Path) -> None:
+    """``replacing``: the caller gives those blocks up (it holds them itself); the LRU victim stays.
+
+    With a write-back tier below, a given-up block is not demoted there either: the point is to
+    hold something else, not to move the same block down.
+    """
+    from .helpers import file_tier
+
+    a, b, c, d, e = keys(5)
+    data = blobs(5, 16 * 1024)
+    dram = {"name": "dram", "backend": "dram", "capacity_gb": 4.5 * 16 * 1024 / 1024**3}
+    below = file_tier(tmp_path / "t", write="back")
+    with open_cache(tmp_path, dram, below) as cache:
+        cache.put([a, b, c, d], data[:4])  # dram full; a is its LRU victim
+        top, lower = cache.all_tiers
+        assert cache.wait(cache.submit_put([e], data[4:], replacing=[c])).ok == [True]
+        assert [k in top.index for k in (a, b, c, d, e)] == [True, True, False, True, True]
+        assert c not in lower.index  # given up, not demoted
+        out = [bytearray(16 * 1024)]
+        assert cache.get([e], out) == [True] and out[0] == data[4]
+        cache.put(keys(1, start=9), blobs(1, 16 * 1024))  # an ordinary store: LRU a is evicted, demoted below
+        assert a not in top.index
+        cache.drain()
+        assert a in lower.index
