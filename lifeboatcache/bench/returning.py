@@ -162,8 +162,30 @@ def register(app: typer.Typer) -> None:
                                               "the default of LIFEBOAT_CACHE=1 is lossless)."),
         workdir: Path | None = typer.Option(None, help="Keep tiers and engine logs here (default: a temp dir)."),
         out: Path | None = typer.Option(None, help="Also write the JSON result to this file."),
+        stack: Path | None = typer.Option(
+            None, help="A stack ending in an S3 tier (e.g. bench/configs/staging-stack.toml): measure the session "
+                       "returning from the file tier, and from S3 with predictive staging off and on "
+                       "(lifeboatcache.bench.returning_stack)."),
+        think_s: float = typer.Option(8.0, "--think-s", min=0.0, help="--stack: the session's think time, seconds."),
+        latency_ms: float = typer.Option(20.0, min=0.0, help="--stack: the S3 proxy's added latency per request."),
+        mb_s: float = typer.Option(200.0, min=0.1, help="--stack: the S3 proxy's bandwidth per request, MB/s."),
     ) -> None:
         """TTFT of a returning ~7.4k-token session on vLLM: recompute, engine hit, our tier, restart, vLLM fs."""
+        if stack is not None:
+            from lifeboatcache_core.errors import LifeboatError
+
+            from lifeboatcache.bench.returning_stack import print_result, run_returning_stack
+
+            try:
+                staged = run_returning_stack(stack, tokens=tokens, reps=reps, think_s=think_s, latency_ms=latency_ms,
+                                             mb_s=mb_s, workdir=workdir)
+            except (OSError, ValueError, LifeboatError) as exc:
+                typer.echo(f"bench returning --stack {stack}: {exc}", err=True)
+                raise typer.Exit(2) from None
+            emit_json(staged, out, as_json)
+            if not as_json:
+                print_result(staged)
+            return
         result = run_returning(tokens, reps, workdir, io_threads, codec)
         emit_json(result, out, as_json)
         if as_json:

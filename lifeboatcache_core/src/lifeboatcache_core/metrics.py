@@ -392,6 +392,13 @@ def track(cache: TieredCache) -> None:
         _caches.add(cache)
 
 
+def tracked() -> list[TieredCache]:
+    """The caches open in this process: for an in-process driver that has no handle on the cache
+    an engine adapter opened (the vLLM offline runner's cache steps)."""
+    with _lock:
+        return list(_caches)
+
+
 def untrack(cache: TieredCache) -> None:
     """Stop exporting ``cache`` (it was closed): its numbers leave the next scrape."""
     with _lock:

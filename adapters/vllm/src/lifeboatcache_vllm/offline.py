@@ -11,11 +11,14 @@ Plan keys: ``model``, ``dtype``, ``max_model_len``, ``block_size``, ``num_gpu_bl
 "vllm_fs" (vLLM's own fs tier at ``fs_dir``), ``tier_type``/``tier_module`` (another
 tier class for "lifeboat"), ``cpu_gb`` (vLLM's CPU tier), and ``steps``:
 ``{"prompts": [[token ids], ...], "max_tokens": n, "one_by_one": bool, "reset": bool,
-"settle_s": seconds}`` (``reset``: drop the engine's prefix cache and vLLM's CPU tier first,
-keeping the secondary tier; ``settle_s``: sleep first, so that stores still cascading from
-earlier steps finish and do not share the CPU with the timed step). Result: per step the
-generated token ids, ``num_cached_tokens`` and seconds per request (time to first token
-when ``max_tokens`` is 1); ``lifeboat`` counters per tier.
+"settle_s": seconds, "session": name, "cache": [cache steps]}`` (``reset``: drop the engine's
+prefix cache and vLLM's CPU tier first, keeping the secondary tier; ``settle_s``: sleep first,
+so that stores still cascading from earlier steps finish and do not share the CPU with the
+timed step; ``session``: the requests name their session, ``kv_transfer_params
+{"lifeboat_session": name}``; ``cache``: steps on the engine's lifeboatcache run before the
+sleep, ``lifeboatcache_vllm.cache_steps``). Result: per step the generated token ids,
+``num_cached_tokens`` and seconds per request (time to first token when ``max_tokens`` is 1),
+and what its cache steps did; ``lifeboat`` counters per tier.
 """
 
 from __future__ import annotations
@@ -104,10 +107,17 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     )
     result: dict[str, Any] = {"engine_start_s": time.perf_counter() - started, "steps": []}
     for step in plan["steps"]:
+        cache_steps = []
+        if step.get("cache"):
+            from lifeboatcache_vllm.cache_steps import run_step
+
+            cache_steps = [run_step(op) for op in step["cache"]]
         time.sleep(float(step.get("settle_s", 0)))
         if step.get("reset"):
             llm.reset_prefix_cache(reset_connector=True)
-        params = SamplingParams(temperature=0.0, max_tokens=int(step.get("max_tokens", 8)), ignore_eos=True)
+        extra = {"kv_transfer_params": {"lifeboat_session": step["session"]}} if step.get("session") else None
+        params = SamplingParams(temperature=0.0, max_tokens=int(step.get("max_tokens", 8)), ignore_eos=True,
+                                extra_args=extra)
         prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in step["prompts"]]
         outputs, seconds = [], []
         batches = [[p] for p in prompts] if step.get("one_by_one") else [prompts]
@@ -119,6 +129,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
             "tokens": [list(o.outputs[0].token_ids) for o in outputs],
             "cached": [int(o.num_cached_tokens or 0) for o in outputs],
             "seconds": seconds,
+            **({"cache": cache_steps} if cache_steps else {}),
         })
     # Stores are submitted at the start of the engine's next step and cascade to secondary
     # tiers a step later: two tiny requests push the last session's chunks all the way down.
