@@ -9,7 +9,9 @@ chunks the cache holds (one blocking ``get``), then stores the chunks that misse
 session's hints, without waiting). The same schedule runs twice, on fresh tiers: staging off
 (no tier has ``stage = true``) and on (DRAM and file tiers ``stage = true``; after each turn
 the agent framework hints ``TieredCache.stage(session, eta_s)`` with the time to its next turn
-in the trace, and ``release`` after its last).
+in the trace, and ``release`` after its last). ``--estimate`` replaces the hints by the
+eviction policy's own return estimate: every tier runs EpiCache in both runs, nobody hints, and
+the stager plans from ``EpiCachePolicy.expected_return`` (the learnt gap of each session).
 
 Reported per run: ``top_share`` (of a returning session's cached leading chunks, the share in
 the DRAM tier at arrival), per-request tier load latency p50/p99 (the blocking get) and, for
@@ -93,8 +95,9 @@ def _key(chunk: int) -> Any:
     return BlockKey(NAMESPACE, chunk.to_bytes(8, "big") * 4)
 
 
-def stack_config(root: Path, *, s3: dict[str, Any], dram_bytes: int, file_bytes: int, staging: bool) -> Any:
-    """DRAM → file → S3, write-through, LRU; ``stage = true`` on DRAM and file when ``staging``.
+def stack_config(root: Path, *, s3: dict[str, Any], dram_bytes: int, file_bytes: int, staging: bool,
+                 policy: str = "lru") -> Any:
+    """DRAM → file → S3, write-through, ``policy`` on every tier; ``stage = true`` on DRAM and file when ``staging``.
 
     keep_prefixes is off on the small DRAM tier: it would keep every active session's head there
     (declining the returning session's chunks), which is what staging decides better with the
@@ -105,10 +108,10 @@ def stack_config(root: Path, *, s3: dict[str, Any], dram_bytes: int, file_bytes:
     return load_config_dict({
         "tiers": [
             {"name": "dram", "backend": "dram", "capacity_gb": dram_bytes / GB, "keep_prefixes": False,
-             "stage": staging, "io_threads": 4},
+             "stage": staging, "io_threads": 4, "policy": policy},
             {"name": "file", "backend": "file", "capacity_gb": file_bytes / GB, "path": str(root / "file"),
-             "stage": staging, "io_threads": 4},
-            {"name": "s3", "backend": "s3", "capacity_gb": 1024, "io_threads": 16, **s3},
+             "stage": staging, "io_threads": 4, "policy": policy},
+            {"name": "s3", "backend": "s3", "capacity_gb": 1024, "io_threads": 16, "policy": policy, **s3},
         ],
         "fallback_local": {"enabled": False, "path": str(root / "fallback"), "capacity_gb": 1},
     })
@@ -121,9 +124,13 @@ def _quantiles(values: list[float]) -> dict[str, float | None]:
     return {"p50": ordered[len(ordered) // 2], "p99": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]}
 
 
-def replay(turns: list[Turn], config: Any, *, block_bytes: int, staging: bool,
+def replay(turns: list[Turn], config: Any, *, block_bytes: int, staging: bool, hints: bool = True,
            stop: threading.Event | None = None) -> dict[str, Any]:
-    """Replay ``turns`` on a fresh cache of ``config``; the measurements of one run."""
+    """Replay ``turns`` on a fresh cache of ``config``; the measurements of one run.
+
+    ``hints``: with staging, the agent framework hints each session's next turn (``stage``) and
+    its end (``release``); without, staging has only the policy's estimates to go on.
+    """
     from lifeboatcache_core.abc import BlockHint
     from lifeboatcache_core.cache import TieredCache
 
@@ -162,12 +169,12 @@ def replay(turns: list[Turn], config: Any, *, block_bytes: int, staging: bool,
                 lead = next((i for i, hit in enumerate(ok) if not hit), lead)
             new = keys[lead:]
             if new:
-                hints = [BlockHint(tag=turn.session, parent=keys[lead + i - 1] if lead + i else None, depth=lead + i)
-                         for i in range(len(new))]
-                pending[cache.submit_put(new, [payload] * len(new), hints=hints)] = new
+                block_hints = [BlockHint(tag=turn.session, parent=keys[lead + i - 1] if lead + i else None,
+                                         depth=lead + i) for i in range(len(new))]
+                pending[cache.submit_put(new, [payload] * len(new), hints=block_hints)] = new
             for result in cache.poll():
                 pending.pop(result.job_id, None)
-            if staging:
+            if staging and hints:
                 now = time.perf_counter() - started
                 if turn.next_at is None:
                     cache.release(turn.session)
@@ -179,7 +186,7 @@ def replay(turns: list[Turn], config: Any, *, block_bytes: int, staging: bool,
             except (KeyError, TimeoutError):
                 pass
         counters = cache.telemetry.counters()
-        tiers = {t.name: {"hits": t.stats.hits, "blocks": len(t.index), "bytes_used": t.used,
+        tiers = {t.name: {"policy": t.cfg.policy, "hits": t.stats.hits, "blocks": len(t.index), "bytes_used": t.used,
                           "capacity_bytes": t.capacity} for t in cache.all_tiers}
         replay_s = time.perf_counter() - started
     staged, used = counters["staged_bytes"], counters["staged_used_bytes"]
@@ -187,6 +194,7 @@ def replay(turns: list[Turn], config: Any, *, block_bytes: int, staging: bool,
     load_q, dram_q = _quantiles(loads), _quantiles(dram_loads)
     return {
         "staging": staging,
+        "hints": staging and hints,
         "turns": len(lags),
         "returning_cached_chunks": cached,
         "top_share": round(top_hits / cached, 4) if cached else None,
@@ -220,8 +228,11 @@ def think_times(turns: list[Turn]) -> list[float]:
 
 
 def run_staging_bench(turns: list[Turn], *, block_bytes: int, dram_sessions: float, file_sessions: float,
-                      latency_ms: float, mb_s: float, work: Path) -> dict[str, Any]:
-    """Start moto and the shaped proxy, replay with staging off then on; the whole report."""
+                      latency_ms: float, mb_s: float, work: Path, estimate: bool = False) -> dict[str, Any]:
+    """Start moto and the shaped proxy, replay with staging off then on; the whole report.
+
+    ``estimate``: EpiCache on every tier in both runs and no hints (the policy's estimate mode).
+    """
     import boto3
 
     from lifeboatcache.loopback import FaultProxy, MotoServer
@@ -245,12 +256,17 @@ def run_staging_bench(turns: list[Turn], *, block_bytes: int, dram_sessions: flo
                   "region": "us-east-1", "access_key_id": "bench", "secret_access_key": "bench",
                   "max_pool_connections": 64}
             root = work / ("on" if staging else "off")
-            config = stack_config(root, s3=s3, dram_bytes=dram_bytes, file_bytes=file_bytes, staging=staging)
-            runs.append(replay(turns, config, block_bytes=block_bytes, staging=staging))
+            config = stack_config(root, s3=s3, dram_bytes=dram_bytes, file_bytes=file_bytes, staging=staging,
+                                  policy="epicache" if estimate else "lru")
+            runs.append(replay(turns, config, block_bytes=block_bytes, staging=staging, hints=not estimate))
     finally:
         proxy.stop()
         moto.stop()
     return {
+        "mode": "estimate (epicache, no hints)" if estimate else "hints (lru)",
+        "policy": "epicache" if estimate else "lru",
+        "dram_sessions": dram_sessions,
+        "file_sessions": file_sessions,
         "turns": len(turns),
         "sessions": len({t.session for t in turns}),
         "distinct_chunks": distinct,
@@ -289,7 +305,8 @@ def print_table(report: dict[str, Any]) -> None:
         table.add_row(label, fmt(report["off"][name], unit), fmt(report["on"][name], unit))
     console = Console()
     console.print(table)
-    console.print(f"{report['turns']} turns of {report['sessions']} sessions (think p50 {report['think_p50_s']} s, "
+    console.print(f"mode: {report['mode']}; {report['turns']} turns of {report['sessions']} sessions "
+                  f"(think p50 {report['think_p50_s']} s, "
                   f"{report['session_chunks']} chunks each), {report['distinct_chunks']} chunks of "
                   f"{report['block_bytes'] // 1024} KiB; DRAM {report['dram_bytes'] / MB:.1f} MB, file "
                   f"{report['file_bytes'] / MB:.1f} MB, S3 {report['s3_latency_ms']:g} ms + {report['s3_mb_s']:g} MB/s")
@@ -311,6 +328,8 @@ def register(app: typer.Typer) -> None:
         latency_ms: float = typer.Option(20.0, min=0.0, help="S3 proxy: added latency per request."),
         mb_s: float = typer.Option(200.0, min=0.1, help="S3 proxy: bandwidth per request, MB/s."),
         seed: int = typer.Option(0, help="Seed of the conversations' start offsets."),
+        estimate: bool = typer.Option(False, "--estimate",
+                                      help="No hints: EpiCache on every tier (both runs), staging from its estimate."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: Path | None = typer.Option(None, help="Also write the JSON report to this file."),
     ) -> None:
@@ -326,7 +345,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         with tempfile.TemporaryDirectory(prefix="lifeboat-bench-staging-") as work:
             report = run_staging_bench(turns, block_bytes=block_kib * 1024, dram_sessions=dram_sessions,
-                                       file_sessions=file_sessions, latency_ms=latency_ms, mb_s=mb_s, work=Path(work))
+                                       file_sessions=file_sessions, latency_ms=latency_ms, mb_s=mb_s, work=Path(work),
+                                       estimate=estimate)
         emit_json(report, out, as_json)
         if not as_json:
             print_table(report)

@@ -53,3 +53,27 @@ def test_a_short_run_reports_staging_off_and_on(tmp_path: Path) -> None:
         assert 0.0 <= run["top_share"] <= 1.0
         assert run["load_p50_s"] <= run["load_p99_s"]
         assert run["tiers"]["s3"]["blocks"] > 0, "every chunk went down to S3 (write-through)"
+
+
+@needs_traces
+@pytest.mark.usefixtures("aws_env")
+def test_the_estimate_mode_stages_from_epicache_without_hints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lifeboatcache_core.cache import TieredCache
+
+    hinted: list[str] = []
+    monkeypatch.setattr(TieredCache, "stage", lambda self, session, eta_s: hinted.append(session) or 0)
+    monkeypatch.setattr(TieredCache, "release", lambda self, session: hinted.append(session) or 0)
+    out = tmp_path / "estimate.json"
+    result = CliRunner().invoke(app, ["bench", "staging", "--estimate", "--limit", "3", "--requests", "24",
+                                      "--duration-s", "6", "--block-kib", "4", "--latency-ms", "2",
+                                      "--dram-sessions", "0.5", "--file-sessions", "1", "--json", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["mode"] == "estimate (epicache, no hints)" and report["on"]["hints"] is False
+    assert hinted == [], "no hint was sent"
+    assert report["off"]["staged_bytes"] == 0
+    for run in (report["off"], report["on"]):  # both runs evict by the same policy: only staging differs
+        assert {tier["policy"] for tier in run["tiers"].values()} == {"epicache"}
+    # whether EpiCache's first estimates (a 1 s gap until it learns one) stage anything in a 6 s run
+    # depends on timing; that a tier with EpiCache stages from its estimate is
+    # tests/policies/test_epicache_staging.py's
