@@ -123,3 +123,21 @@ def test_recovery_progress_after_a_restart(tmp_path: Path) -> None:
     assert value(text, 'lifeboatcache_index_loading{tier="nvme"}') == 0
     assert value(text, 'lifeboatcache_recovery_phase{phase="done",tier="nvme"}') == 1
     assert value(text, 'lifeboatcache_recovery_seconds{tier="nvme"}') >= 0
+
+
+def test_codec_layout_and_stored_ratio_are_exported(tmp_path: Path) -> None:
+    """What the codec saw (name, layout) and what it achieved (ratio) are on /metrics and in the stats."""
+    import numpy as np
+    from lifeboatcache_core.abc import KVLayout
+
+    x = (np.random.default_rng(6).standard_normal(4 * 8192) * 2).astype(np.float32)
+    raw = (x.view(np.uint32) >> 16).astype(np.uint16).tobytes()
+    layout = KVLayout("bfloat16", (2, 4, 64, 64), ("kv", "layer", "token", "dim"))
+    with open_cache(tmp_path, {**file_tier(tmp_path / "t"), "codec": "lossless"}) as cache:
+        cache.put(keys(1), [raw], layout=layout)
+        merged = merge_samples([cache_sample(cache)])
+    text = exposition(merged)
+    described = "bfloat16 (kv, layer, token, dim) = (2, 4, 64, 64)"
+    assert merged["tiers"]["nvme"]["codec_layout"] == described
+    assert value(text, f'lifeboatcache_tier_codec_info{{codec="lossless@1",layout="{described}",tier="nvme"}}') == 1
+    assert value(text, 'lifeboatcache_compression_ratio{tier="nvme"}') > 1.2

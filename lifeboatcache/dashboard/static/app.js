@@ -72,7 +72,7 @@ function tierRow(t) {
     <td><span class="bar"><span style="width:${Math.min(100, 100 * t.occupancy).toFixed(1)}%"></span></span>
       ${fmtBytes(t.bytes_used)} / ${fmtBytes(t.capacity_bytes)}</td>
     <td>${fmtNum(t.blocks)}</td><td>${t.compression_ratio ? t.compression_ratio.toFixed(2) + "×" : "–"}</td>
-    <td>${escapeHtml(t.codec)}</td><td>${escapeHtml(t.policy)}</td><td>${fmtNum(t.hits)}</td>
+    <td>${escapeHtml(t.codec)}${t.codec_layout ? `<br><span class="muted">${escapeHtml(t.codec_layout)}</span>` : ""}</td><td>${escapeHtml(t.policy)}</td><td>${fmtNum(t.hits)}</td>
     <td>${fmtNum(t.evictions)}</td><td>${fmtNum(t.corrupt_blocks)}</td><td>${fmtNum(t.errors)}</td>`;
   tr.dataset.tier = t.name;
   return tr;

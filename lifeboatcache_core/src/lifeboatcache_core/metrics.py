@@ -245,7 +245,7 @@ def merge_samples(samples: Iterable[Sample]) -> Sample:
                     **dict.fromkeys(COUNTERS, 0), **dict.fromkeys(TIER_GAUGES, 0), "tier_up": 1,
                     "index_complete": 1, "latency": {op: {} for op in OPS}, "reasons": [],
                     "persistent": values["persistent"], "backend": values["backend"],
-                    "codec": values["codec"], "policy": values["policy"],
+                    "codec": values["codec"], "policy": values["policy"], "codec_layout": "",
                 }
             for name in COUNTERS:
                 acc[name] += values.get(name, 0)
@@ -257,6 +257,7 @@ def merge_samples(samples: Iterable[Sample]) -> Sample:
             phase = values.get("recovery_phase", "done")
             if acc.get("recovery_phase", "done") == "done":
                 acc["recovery_phase"] = phase  # a process still recovering shows its phase
+            acc["codec_layout"] = acc["codec_layout"] or values.get("codec_layout", "")
             acc["tier_up"] = min(acc["tier_up"], values["tier_up"])
             acc["index_complete"] = min(acc["index_complete"], values["index_complete"])
             if values["reason"] != "ok" and values["reason"] not in acc["reasons"]:
@@ -317,6 +318,11 @@ def families(sample: Sample) -> Iterator[_Family]:
     info = GaugeMetricFamily(
         "lifeboatcache_tier_info", "Tier health reason (value 1)", labels=["tier", "backend", "reason"]
     )
+    codec_info = GaugeMetricFamily(
+        "lifeboatcache_tier_codec_info",
+        "The tier's codec and the KV layout of the last block it encoded (value 1; layout empty before any)",
+        labels=["tier", "codec", "layout"],
+    )
     recovery = {
         name: GaugeMetricFamily(f"lifeboatcache_recovery_{name}", doc, labels=["tier"])
         for name, doc in RECOVERY_GAUGES.items()
@@ -338,6 +344,7 @@ def families(sample: Sample) -> Iterator[_Family]:
         compression.add_metric([tier_name], ratios["tiers"][tier_name]["compression_ratio"])
         occupancy.add_metric([tier_name], ratios["tiers"][tier_name]["occupancy"])
         info.add_metric([tier_name, values["backend"], values["reason"]], 1)
+        codec_info.add_metric([tier_name, values["codec"], values.get("codec_layout", "")], 1)
         for name, family in recovery.items():
             family.add_metric([tier_name], values.get(f"recovery_{name}", 0))
         recovery_phase.add_metric([tier_name, values.get("recovery_phase", "done")], 1)
@@ -346,7 +353,7 @@ def families(sample: Sample) -> Iterator[_Family]:
                 io_latency.add_metric([tier_name, op], _buckets(hist), hist["sum"])
     yield from counters.values()
     yield from gauges.values()
-    yield from (compression, occupancy, info, io_latency, recovery_phase)
+    yield from (compression, occupancy, info, codec_info, io_latency, recovery_phase)
     yield from recovery.values()
     for name, doc in CACHE_COUNTERS.items():
         family = CounterMetricFamily(f"lifeboatcache_{name}", doc)

@@ -45,6 +45,13 @@ class IncompatibleBlockError(LifeboatError):
     """A valid block this process cannot decode (other codec version, other size)."""
 
 
+def describe_layout(layout: KVLayout | None) -> str:
+    """``bfloat16 (layer, block, page) = (30, 8, 12288)`` for metrics and the dashboard ("" for none)."""
+    if layout is None:
+        return ""
+    return f"{layout.dtype} ({', '.join(layout.axes)}) = {tuple(layout.shape)}"
+
+
 def layout_from_meta(meta: BlockMeta) -> KVLayout | None:
     if meta.dtype is None or meta.shape is None or meta.axes is None:
         return None
@@ -64,6 +71,8 @@ class Tier:
         self._backend_cls: type[Backend] = registry.load("backend", cfg.backend)
         self.persistent = self._backend_cls.persistent
         self.codec: Codec = registry.load("codec", cfg.codec)(cfg.codec_config)
+        #: the layout of the last block this tier encoded: what a dtype-aware codec saw (metrics)
+        self.codec_layout: KVLayout | None = None
         self.policy: EvictionPolicy = registry.load("policy", cfg.policy)(cfg.policy_config, seed=seed)
         self.backend: Backend | None = None
         # Reads and writes have pools of their own: an engine waits for a load (its request
@@ -408,6 +417,7 @@ class Tier:
         codec = self._codec_now(backend)  # one codec for encode and meta, even if replace_codec runs meanwhile
         try:
             pieces, params = codec.encode(raw, layout)
+            self.codec_layout = layout
         except Exception as exc:
             log.warning("tier %s: codec %s failed to encode: %s", self.name, codec.tag, exc)
             with self.lock:
@@ -737,6 +747,7 @@ class Tier:
         with self.lock:
             out: dict[str, Any] = self.stats.as_dict()
             out.update(blocks=len(self.index), bytes_used=self.used, capacity_bytes=self.capacity)
+        out["codec_layout"] = describe_layout(self.codec_layout)
         return out
 
     def health(self) -> dict[str, Any]:
