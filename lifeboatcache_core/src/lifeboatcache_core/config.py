@@ -205,6 +205,11 @@ class EngineConfig(StrictModel):
     #: there and is stored here when that tier is about to drop it (``lifeboatcache_vllm.cpu_shadow``):
     #: full, the two tiers hold different chunks instead of mostly the same ones
     exclusive_when_full: bool = True
+    #: vLLM native mode: a chunk found only here is answered one scheduler step after it is first
+    #: asked for (RETRY, then HIT), as vLLM's own fs tier answers every lookup. The step's
+    #: requests that vLLM's CPU tier serves whole are scheduled first, and our promotions into
+    #: that tier (each evicts its coldest row) no longer push out the chunks they are about to load
+    defer_promotions: bool = False
 
 
 class DashboardConfig(StrictModel):

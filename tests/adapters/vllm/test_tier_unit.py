@@ -547,3 +547,29 @@ def test_spec_defaults_chunk_cpu_tier_and_fingerprints_weights(tmp_path: Path) -
     swapped = LifeboatOffloadingSpec(_offloading_config({"cpu_bytes_to_use": 2**27}, str(model)))
     assert swapped.lifeboat_namespace.id != spec.lifeboat_namespace.id
     assert swapped.lifeboat_namespace.weights_fingerprint != spec.lifeboat_namespace.weights_fingerprint
+
+
+def test_defer_promotions_answers_a_chunk_here_one_scheduler_step_after_it_is_asked_for(tmp_path: Path) -> None:
+    """engine.defer_promotions: RETRY in the step a chunk is first asked for, HIT from the next step.
+
+    A miss is answered at once (nothing to promote); without the setting a chunk here is a HIT at once.
+    """
+    for defer in (True, False):
+        tier, region = make_tier(file_config(tmp_path / f"t{defer}", defer_promotions=defer))
+        region[:2, :PAYLOAD] = 3
+        tier.submit_store(job(1, KEYS[:2], [0, 1], False))
+        assert finish(tier, 1).success
+        ctx = ReqContext(req_id="r2")
+        first_step = [tier.lookup(k, ctx) for k in KEYS[:3]]
+        again_same_step = tier.lookup(KEYS[0], ctx)
+        tier.on_schedule_end(SimpleNamespace(new_req_ids=[]))
+        next_step = [tier.lookup(k, ctx) for k in KEYS[:3]]
+        if defer:
+            assert first_step == [LookupResult.RETRY, LookupResult.RETRY, LookupResult.MISS]
+            assert again_same_step is LookupResult.RETRY
+        else:
+            assert first_step == [LookupResult.HIT, LookupResult.HIT, LookupResult.MISS]
+        assert next_step == [LookupResult.HIT, LookupResult.HIT, LookupResult.MISS]
+        # answered: a later ask is deferred again (the chunk went up; vLLM asks us only if it left)
+        assert tier.lookup(KEYS[0], ctx) is (LookupResult.RETRY if defer else LookupResult.HIT)
+        tier.shutdown()

@@ -61,6 +61,8 @@ CPU_LOG_INTERVAL_S = 30.0
 #: this share of rows: vLLM allocates the rows of a step's stores before it tells us of them,
 #: so the copy must start well before the chunk's turn to be dropped (see ``demotions_lost``)
 DEMOTE_MARGIN_SHARE = 0.4
+#: defer_promotions: chunks asked for and not asked again kept at most (oldest half dropped)
+MAX_DEFERRED_LOOKUPS = 65536
 _ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
@@ -165,6 +167,9 @@ class LifeboatTier(SecondaryTierManager):
         self._pending: dict[int, _Pending] = {}
         self._ready: list[JobResult] = []
         self._lookups: dict[OffloadKey, Future[bool]] = {}
+        # defer_promotions: chunks found here, by the scheduler step they were first asked in
+        self._step = 0
+        self._asked: dict[OffloadKey, int] = {}
         # per request: store jobs still in flight, and the recency update waiting for them
         self._stores_in_flight: dict[str, int] = {}
         self._touch_after: dict[str, list[BlockKey]] = {}
@@ -214,6 +219,7 @@ class LifeboatTier(SecondaryTierManager):
             offloading_spec.blocks_per_chunk)
         self._layout = self._chunk_layout(offloading_spec, self.namespace)
         self._exclusive = settings.engine.exclusive_when_full
+        self._defer_promotions = settings.engine.defer_promotions
         return settings
 
     #: what the tier says when it cannot start (lifeboatcache_core.engine.open_for_engine)
@@ -262,6 +268,9 @@ class LifeboatTier(SecondaryTierManager):
             return LookupResult.MISS
         known = cache.presence([self._key(key)])[0]
         if known is not None:
+            if known and self._defer_promotions and self._asked.setdefault(key, self._step) == self._step:
+                return LookupResult.RETRY  # HIT from the next step on (see engine.defer_promotions)
+            self._asked.pop(key, None)
             return self._answer(cache, known)
         # Only storage can tell (a restarted tier still indexing, a shared tier another node
         # writes): the existence check runs off the scheduler thread and vLLM asks again.
@@ -275,6 +284,13 @@ class LifeboatTier(SecondaryTierManager):
             return LookupResult.RETRY
         del self._lookups[key]
         return self._answer(cache, future.result())
+
+    def on_schedule_end(self, context: Any) -> None:
+        """A scheduler step ended: chunks first asked for in it are answered from now on."""
+        self._step += 1
+        if len(self._asked) > MAX_DEFERRED_LOOKUPS:  # requests that went away before asking again
+            for key in list(self._asked)[: len(self._asked) // 2]:
+                del self._asked[key]
 
     def _answer(self, cache: TieredCache, hit: bool) -> LookupResult:
         """A final answer for one chunk, counted in the token hit-rate metrics."""
