@@ -7,6 +7,8 @@ generous timeout that only turns a hang into a failure.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,8 +18,17 @@ import pytest
 from lifeboatcache_backend_file.backend import FileBackend
 from lifeboatcache_core.abc import BlockHint
 from lifeboatcache_core.cache import TieredCache
-from lifeboatcache_core.config import GB, StagingConfig
+from lifeboatcache_core.config import (
+    GB,
+    LifeboatConfig,
+    StagingConfig,
+    config_problems,
+    load_config_dict,
+    validation_problems,
+)
+from lifeboatcache_core.errors import ConfigError
 from lifeboatcache_core.keys import BlockKey
+from pydantic import ValidationError
 
 from tests.core.helpers import blobs, file_tier, keys, open_cache
 
@@ -87,14 +98,56 @@ def test_a_hinted_session_is_staged_into_the_top_tier(stack: Callable[..., Tiere
     assert counters(cache)["staged_used_bytes"] == 8 * BLOCK
 
 
-def test_a_tier_without_stage_true_receives_nothing(stack: Callable[..., TieredCache]) -> None:
-    cache = stack(dram={"stage": False}, nvme={"stage": True})  # staging is on, but not into DRAM
-    a, _ = session(cache, "a", 4, start=0)
-    cache.all_tiers[0].discard(a)
-    cache.stage("a", 0.0)
-    assert cache.stager.wait_idle(TIMEOUT)
-    assert not any(in_tier(cache, "dram", a))
-    assert counters(cache)["staged_bytes"] == 0
+def test_a_tier_without_stage_true_receives_nothing(tmp_path: Path) -> None:
+    # DRAM (no stage) over nvme (stage) over a remote file tier: staging is on, but not into DRAM
+    cache = open_cache(tmp_path, dram_tier(64, stage=False), file_tier(tmp_path / "nvme", stage=True),
+                       {**file_tier(tmp_path / "remote"), "name": "remote"})
+    try:
+        a, _ = session(cache, "a", 4, start=0)
+        cache.all_tiers[0].discard(a)
+        cache.all_tiers[1].discard(a)  # only in the remote tier now
+        assert cache.stage("a", 0.0) == 4
+        assert cache.stager.wait_idle(TIMEOUT)
+        assert not any(in_tier(cache, "dram", a))
+        assert all(in_tier(cache, "nvme", a)), "the stage = true tier above the holder got them"
+        assert counters(cache)["staged_bytes"] == 4 * BLOCK
+    finally:
+        cache.close()
+
+
+def _two_tiers(tmp_path: Path, bottom_stage: object) -> dict[str, Any]:
+    return {"tiers": [dram_tier(8), file_tier(tmp_path / "nvme", stage=bottom_stage)],
+            "fallback_local": {"enabled": False, "path": str(tmp_path / "fb")}}
+
+
+def test_stage_true_on_the_bottom_tier_is_a_config_error_by_key_path(tmp_path: Path) -> None:
+    """Nothing is below the bottom tier to stage from: ``stage = true`` there is refused, not ignored."""
+    with pytest.raises(ConfigError, match=r"tiers\.1\.stage: stage = true on the bottom tier 'nvme'"):
+        load_config_dict(_two_tiers(tmp_path, True))
+    assert config_problems(_two_tiers(tmp_path, "yes"))[0][0] == "tiers.1.stage"  # YAML's "yes" is true too
+    assert config_problems(_two_tiers(tmp_path, False)) == []
+    only = {"tiers": [{"backend": "dram", "capacity_gb": 1, "stage": True}]}
+    assert [where for where, _ in config_problems(only)] == ["tiers.0.stage"]
+    try:  # the dashboard's Configure form shows it under the same key
+        LifeboatConfig.model_validate(_two_tiers(tmp_path, True))
+    except ValidationError as exc:
+        assert [where for where, _ in validation_problems(exc, LifeboatConfig)] == ["tiers.1.stage"]
+    else:
+        raise AssertionError("stage = true on the bottom tier was accepted")
+
+    # `config validate` lists it with the other problems, also when the tier's own fields are bad
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[staging]\nrate_mb_s = 0\n\n[[tiers]]\nbackend = "dram"\ncapacity_gb = 1\nstage = true\n\n'
+                   f'[[tiers]]\nname = "nvme"\nbackend = "file"\npath = "{tmp_path}"\ncapacity_gb = -1\n'
+                   f'stage = true\n')
+    result = subprocess.run([sys.executable, "-m", "lifeboatcache", "config", "validate", str(bad)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].endswith("3 problems"), result.stderr
+    where = {line.strip().split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines[1:]}
+    assert set(where) == {"staging.rate_mb_s", "tiers.1.capacity_gb", "tiers.1.stage"}, result.stderr
+    assert "no tier below it to stage from" in where["tiers.1.stage"]
 
 
 def test_staging_never_evicts_a_block_only_the_full_top_tier_holds(stack: Callable[..., TieredCache]) -> None:

@@ -22,7 +22,8 @@ from typing import Any, Literal
 
 import platformdirs
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from lifeboatcache_core.abc import PluginConfig
 from lifeboatcache_core.errors import ConfigError, LifeboatError, UnknownPluginError
@@ -124,7 +125,8 @@ class TierConfig(BaseModel):
     keep_prefixes_idle_s: float | None = Field(default=None, gt=0)
     #: predictive staging (lifeboatcache_core.staging): blocks of a session expected back soon (a
     #: ``TieredCache.stage`` hint, or the policy's estimate) are copied into this tier from the tiers
-    #: below before it returns, into free room or over victims a lower tier still holds
+    #: below before it returns, into free room or over victims a lower tier still holds. Not on the
+    #: bottom tier, which has nothing below it to stage from (a config error)
     stage: bool = False
     #: "keyed" signs every block (HMAC-SHA256) so writers without the key cannot plant KV in a
     #: shared tier (lifeboatcache_core.integrity); "xxh3" detects damage only
@@ -258,6 +260,26 @@ class StagingConfig(StrictModel):
         return self.rate_mb_s * 1e6
 
 
+#: the error type of a problem of the stack as a whole that names one tier's key: reported under
+#: that key's path (``ctx["where"]``), not at the top level (``_problem``, ``config_problems``)
+_STACK_ERROR = "tier_stack"
+
+
+def _stack_problems(tiers: list[tuple[str, bool]]) -> list[tuple[str, str]]:
+    """``(key path, reason)`` per problem of the stack ``(label, stage)``, top first.
+
+    ``stage = true`` on the bottom tier is an error, not a no-op: staging copies a session's
+    blocks *up* from the tiers below the one marked, and the bottom tier has none, so the
+    setting would silently do nothing where its author expects a fast tier to be filled.
+    """
+    if not tiers or not tiers[-1][1]:
+        return []
+    label = tiers[-1][0]
+    return [(f"tiers.{len(tiers) - 1}.stage",
+             f"stage = true on the bottom tier {label!r}: there is no tier below it to stage from "
+             "(staging copies a session's blocks up into the tiers marked); set it on a tier above")]
+
+
 def _default_tiers() -> list[TierConfig]:
     return [
         TierConfig(name="dram", backend="dram", capacity_gb=2),
@@ -283,6 +305,8 @@ class LifeboatConfig(StrictModel):
             raise ValueError(
                 f"tier names must be unique; give each tier a distinct `name` (repeated: {', '.join(dupes)})"
             )
+        for where, reason in _stack_problems([(t.label, t.stage) for t in self.tiers]):
+            raise PydanticCustomError(_STACK_ERROR, "{reason}", {"where": where, "reason": reason})
         return self
 
 
@@ -324,6 +348,8 @@ def _problem(err: Any, model: type[BaseModel]) -> tuple[str, str]:
         return where, _unknown_key(str(loc[-1]) if loc else "", _valid_keys(model, loc[:-1]))
     if err["type"] == "missing":
         return where, "required key is missing"
+    if err["type"] == _STACK_ERROR:
+        return err["ctx"]["where"], err["ctx"]["reason"]
     return (where if loc else "", err["msg"].removeprefix("Value error, "))
 
 
@@ -361,10 +387,23 @@ def config_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
         tier_level = len(loc) == 2 and loc[0] == "tiers" and isinstance(loc[1], int)
         if tier_level and err["type"] in _TIER_LEVEL and plugin_problems.get(loc[1]):
             continue  # the plugin checks below say it, key by key
+        if err["type"] == _STACK_ERROR:
+            continue  # checked below on the mapping itself, which also works when other checks failed
         problems.append(_problem(err, LifeboatConfig))
     for i in sorted(plugin_problems):
         problems.extend(plugin_problems[i])
+    if isinstance(tiers, list) and tiers and isinstance(tiers[-1], dict):
+        problems.extend(_stack_problems([(str(t.get("name") or t.get("backend")), _is_true(t.get("stage")))
+                                         if isinstance(t, dict) else ("?", False) for t in tiers]))
     return problems
+
+
+def _is_true(value: Any) -> bool:
+    """Whether the model would read ``value`` as True (``stage = "yes"`` in YAML is true too)."""
+    try:
+        return TypeAdapter(bool).validate_python(value) is True
+    except ValidationError:
+        return False
 
 
 def _tier_plugin_problems(i: int, tier: dict[str, Any]) -> list[tuple[str, str]]:
