@@ -89,6 +89,9 @@ def test_store_then_load_round_trips_rows_and_reports_hits(tmp_path: Path) -> No
     assert tier.lookup(KEYS[0], ReqContext(req_id="r1")) is LookupResult.MISS
     tier.submit_store(job(1, KEYS, [0, 1, 2, 3], False))
     assert finish(tier, 1).success
+    # engine.defer_promotions (the default): asked in one scheduler step, answered in the next
+    assert [tier.lookup(k, ReqContext(req_id="r2")) for k in KEYS] == [LookupResult.RETRY] * 4
+    tier.on_schedule_end(SimpleNamespace(new_req_ids=[]))
     assert [tier.lookup(k, ReqContext(req_id="r2")) for k in KEYS] == [LookupResult.HIT] * 4
     tier.submit_load(job(2, KEYS[::-1], [4, 5, 6, 7], True))
     loaded = finish(tier, 2)
