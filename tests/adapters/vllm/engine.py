@@ -60,10 +60,15 @@ def tier_config(path: Path, cpu_gb: float = 0.05) -> dict[str, Any]:
             "engine": {"native_cpu_gb": cpu_gb}}
 
 
-def write_serve_config(path: Path, tier: Path, cpu_gb: float = 0.05) -> Path:
-    """A lifeboatcache TOML config for ``LIFEBOAT_CACHE_CONFIG``: one file tier, a small CPU tier."""
+def write_serve_config(path: Path, tier: Path, cpu_gb: float = 0.05, dashboard_port: int | None = None) -> Path:
+    """A lifeboatcache TOML config for ``LIFEBOAT_CACHE_CONFIG``: one file tier, a small CPU tier.
+
+    ``dashboard_port``: where the engine's dashboard serves our ``/metrics`` (default: the
+    config's 9400, which another engine on this box may hold).
+    """
+    dashboard = "" if dashboard_port is None else f"[dashboard]\nport = {dashboard_port}\n"
     path.write_text(f'[[tiers]]\nname = "nvme"\nbackend = "file"\ncapacity_gb = 1\npath = "{tier}"\n'
-                    f"[engine]\nnative_cpu_gb = {cpu_gb}\n")
+                    f"[engine]\nnative_cpu_gb = {cpu_gb}\n{dashboard}")
     return path
 
 
