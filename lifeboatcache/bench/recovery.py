@@ -76,14 +76,16 @@ def measure(tier_dir: Path, blocks: int, block_bytes: int) -> dict[str, float | 
         if not cache.wait_ready(600):
             raise RuntimeError("index not complete within 600 s")
         full_index = time.perf_counter() - t0
-        tier = cache.tiers[0]
-        while tier.recovery.phase not in ("done", "failed") and time.perf_counter() - t0 < 900:
+        name = cache.tiers[0].name
+        tier = cache.sample().tier(name)
+        while tier.recovery["phase"] not in ("done", "failed") and time.perf_counter() - t0 < 900:
             time.sleep(0.05)
+            tier = cache.sample().tier(name)
         reconciled = time.perf_counter() - t0
         return {"first_hit_s": round(first_hit, 4), "full_index_s": round(full_index, 3),
-                "reconciled_s": round(reconciled, 3), "indexed_blocks": len(tier.index),
-                "manifest_rows": tier.recovery.manifest_rows, "listed_files": tier.recovery.listed,
-                "added_from_files": tier.recovery.added_from_files}
+                "reconciled_s": round(reconciled, 3), "indexed_blocks": tier.blocks,
+                "manifest_rows": tier.recovery["manifest_rows"], "listed_files": tier.recovery["listed"],
+                "added_from_files": tier.recovery["added_from_files"]}
     finally:
         cache.close()
 

@@ -48,6 +48,7 @@ from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.chunkfile import TRAILER_LEN, BlockMeta, build_header
 from lifeboatcache_core.config import load_config_dict
 from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.stats import TierSample
 
 from lifeboatcache.bench import emit_json
 from lifeboatcache.traces import BLOCK_TOKENS, CONVERSATION_SHIFT, Conversation, TraceRequest, load_traces
@@ -177,18 +178,22 @@ def run(minutes: float, *, traces: Path, limit: int | None, block_bytes: int, ca
     intervals: list[dict[str, Any]] = []
     try:
         with TieredCache(config, background_index=False) as cache:
-            tier = cache.all_tiers[0]
+            def tier() -> TierSample:
+                return cache.sample().tiers[0]
+
             deadline = time.monotonic() + minutes * 60
             while time.monotonic() < deadline:
                 current = Interval()
-                evictions_before = tier.stats.evictions
+                evictions_before = tier().counters["evictions"]
                 errors_before = _tier_errors(cache)
                 end = min(deadline, time.monotonic() + interval_s)
                 while time.monotonic() < end:
                     _replay_one(cache, workload.next_blocks(chunk_blocks), block_bytes, current)
                 current.errors += _tier_errors(cache) - errors_before
-                intervals.append(current.report(len(intervals), rss_bytes(), tier.stats.evictions - evictions_before))
-            stored_blocks, stored_bytes = len(tier.index), tier.used
+                intervals.append(current.report(len(intervals), rss_bytes(),
+                                                tier().counters["evictions"] - evictions_before))
+            last = tier()
+            stored_blocks, stored_bytes = last.blocks, last.bytes_used
     finally:
         shutil.rmtree(root, ignore_errors=True)
     result: dict[str, Any] = {

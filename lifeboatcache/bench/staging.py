@@ -185,9 +185,10 @@ def replay(turns: list[Turn], config: Any, *, block_bytes: int, staging: bool, h
                 cache.wait(job_id, 60)
             except (KeyError, TimeoutError):
                 pass
-        counters = cache.telemetry.counters()
-        tiers = {t.name: {"policy": t.cfg.policy, "hits": t.stats.hits, "blocks": len(t.index), "bytes_used": t.used,
-                          "capacity_bytes": t.capacity} for t in cache.all_tiers}
+        snapshot = cache.sample()
+        counters = dict(snapshot.counters)
+        tiers = {t.name: {"policy": t.policy, "hits": t.counters["hits"], "blocks": t.blocks,
+                          "bytes_used": t.bytes_used, "capacity_bytes": t.capacity_bytes} for t in snapshot.tiers}
         replay_s = time.perf_counter() - started
     staged, used = counters["staged_bytes"], counters["staged_used_bytes"]
     never_used = staged - used

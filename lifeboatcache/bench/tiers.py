@@ -174,7 +174,7 @@ def run_bench(path: Path, block_bytes: int, total_bytes: int, threads: int, back
         for j, dest in enumerate(dests[: len(batches[-1])]):  # the bytes really round-tripped
             if dest[:] != patterns[j % threads][:]:
                 raise RuntimeError("tier returned different bytes")
-        tier_stats = cache.all_tiers[0].snapshot()
+        tier_stats = cache.sample().tiers[0].stats()
     finally:
         cache.close()
         raw.pool.shutdown()

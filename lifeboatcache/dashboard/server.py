@@ -70,7 +70,7 @@ def latency_quantile(hist: dict[str, Any], q: float) -> float | None:
 
 def stats_payload(sample: Sample, processes: int, cache: TieredCache, events: list[dict[str, Any]]) -> dict[str, Any]:
     ratios = derived(sample)
-    order = [t.name for t in cache.all_tiers]
+    order = [t.name for t in cache.sample().tiers]  # this process's tier order; other processes' tiers after
     names = [n for n in order if n in sample["tiers"]] + sorted(set(sample["tiers"]) - set(order))
     tiers = []
     for name in names:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from typing_extensions import Buffer as _Buffer
@@ -30,13 +30,12 @@ from lifeboatcache_core.chunkfile import payload_digest
 from lifeboatcache_core.config import LifeboatConfig, TierConfig, config_from_env
 from lifeboatcache_core.keys import BlockKey, Namespace
 from lifeboatcache_core.plugins import get_registry
+from lifeboatcache_core.reconfigure import Plan, Reconfiguration, plan_config
 from lifeboatcache_core.registry import PluginRegistry
 from lifeboatcache_core.staging import Stager
+from lifeboatcache_core.stats import CacheSample, CacheStats, frozen
 from lifeboatcache_core.threads import name_os_thread
 from lifeboatcache_core.tier import Tier, layout_from_meta
-
-if TYPE_CHECKING:
-    from lifeboatcache_core.reconfigure import Reconfiguration
 
 log = logging.getLogger("lifeboatcache")
 
@@ -116,7 +115,7 @@ class TieredCache:
         self._closed = threading.Event()
         self._background_index = background_index
         self._config_lock = threading.Lock()
-        self.telemetry = metrics.CacheStats()
+        self.telemetry = CacheStats()
         #: predictive staging into ``stage = true`` tiers (:mod:`lifeboatcache_core.staging`)
         self.stager = Stager(lambda: self.tiers, self.telemetry.add)
         self.stager.configure(self.config.staging)
@@ -549,13 +548,14 @@ class TieredCache:
         """Apply what can change while serving; return what needs a restart (one line each).
 
         Live: capacities, policies, codecs (for new writes), tiers added/removed/reordered,
-        promotion, the local fallback. See :mod:`lifeboatcache_core.reconfigure`.
+        promotion, the local fallback, ``[staging]``. :func:`reconfigure.plan_config` decides
+        from the two configs; this carries the plan out on the tiers this cache owns. Calls are
+        serialised; the tier list is swapped as a new list, so I/O threads holding the old list
+        keep a consistent view.
         """
-        from lifeboatcache_core.reconfigure import apply_config
-
         with self._config_lock:
             old_staging = self.config.staging
-            self.last_reconfiguration = apply_config(self, new_config)
+            self.last_reconfiguration = self._carry_out(plan_config(self.config, new_config))
             if new_config.staging != old_staging:
                 self.stager.configure(new_config.staging)
                 changed = {k: v for k, v in new_config.staging.model_dump().items()
@@ -566,6 +566,70 @@ class TieredCache:
             else:
                 self.stager.wake()  # a tier's ``stage`` may have changed
         return self.last_reconfiguration.restart
+
+    def _carry_out(self, plan: Plan) -> Reconfiguration:
+        """Bring the tier list to ``plan``: build added tiers, change kept ones, drop removed ones."""
+        result = Reconfiguration()
+        configured = {tc.label for tc in self.config.tiers}
+        current = {t.name: t for t in self.all_tiers if t.name in configured}
+        fallback = [t for t in self.all_tiers if t.name not in configured]  # added by _ensure_persistent_tier
+        # New tiers are built first: a plugin that fails to load stops the change before anything moved.
+        added = {tc.label: self.make_tier(tc) for tc in plan.tiers if tc.label in plan.add}
+        tiers: list[Tier] = []
+        for tc in plan.tiers:
+            tier = added.get(tc.label) or current[tc.label]
+            change = plan.change.get(tc.label)
+            if change is not None:
+                if change.capacity_bytes is not None:
+                    tier.resize(change.capacity_bytes)
+                if change.policy:
+                    tier.replace_policy(change.in_force)
+                if change.codec:
+                    tier.replace_codec(change.in_force)
+                tier.set_config(change.in_force)
+                result.applied += change.applied
+                result.restart += change.restart
+            tiers.append(tier)
+        removed = [current[name] for name in plan.remove]
+        for tier in fallback:
+            if plan.fallback_remove is not None:
+                removed.append(tier)
+                result.applied.append(f"fallback tier removed ({plan.fallback_remove})")
+            else:
+                if plan.fallback_capacity_bytes is not None:
+                    tier.resize(plan.fallback_capacity_bytes)
+                result.applied += plan.fallback_lines
+                tiers.append(tier)
+        if plan.fallback_changed and not fallback:
+            result.applied.append("fallback_local updated")
+        for tier in added.values():
+            if tier.open():
+                self._start_index(tier)
+            result.applied.append(
+                f"tier {tier.name} added ({tier.backend_name}, {tier.cfg.capacity_gb:g} GB)"
+                + ("" if tier.up else f", but it is down: {tier.reason}")
+            )
+        if plan.reordered:
+            result.applied.append("tier order: " + " -> ".join(t.name for t in tiers))
+        result.applied += plan.applied
+        result.restart += plan.restart
+        for tier in tiers:
+            tier.lower = None
+        self.config = plan.running
+        self.all_tiers = tiers  # a new list: readers holding the old one stay consistent
+        self._ensure_persistent_tier()
+        self._link_tiers()
+        if len(self.all_tiers) > len(tiers):
+            result.applied.append(f"fallback tier added: {self.all_tiers[-1].name} "
+                                  f"({self.all_tiers[-1].reason or 'up'})")
+        for tier in removed:
+            result.applied.append(f"tier {tier.name} removed (its blocks stay in storage)")
+            tier.close()
+        for line in result.applied:
+            log.info("config: %s", line)
+        for line in result.restart:
+            log.warning("config: %s", line)
+        return result
 
     # ------------------------------------------------------------------ health, stats
 
@@ -580,11 +644,23 @@ class TieredCache:
                 elif now >= tier.next_check:
                     tier.check()
 
+    def sample(self) -> CacheSample:
+        """Every tier's :meth:`Tier.sample` (top first) and the cache's own counters, for metrics.
+
+        What :mod:`lifeboatcache_core.metrics`, the dashboard and the benches read instead of
+        the tiers' attributes; each tier fills its part under its own lock. Not for the hot path.
+        """
+        return CacheSample(
+            tiers=tuple(t.sample() for t in list(self.all_tiers)),
+            counters=frozen(self.telemetry.counters()),
+            job_latency=frozen({op: hist.sample() for op, hist in self.telemetry.job_latency.items()}),
+        )
+
     def health(self) -> list[dict[str, Any]]:
-        return [t.health() for t in self.all_tiers]
+        return [t.health() for t in self.sample().tiers]
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        return {t.name: t.snapshot() for t in self.all_tiers}
+        return {t.name: t.stats() for t in self.sample().tiers}
 
     def close(self) -> None:
         """Finish queued work and release tiers. Idempotent."""

@@ -1,53 +1,45 @@
-"""Per-tier statistics and their Prometheus export (``lifeboatcache_*``).
+"""Prometheus export (``lifeboatcache_*``): pure functions over the caches' samples.
 
-Counters live as plain integers on each tier (updated under the tier's lock, on the I/O
-threads); one collector registered once per process reads every live cache at scrape time.
-That keeps the hot path free of prometheus_client calls and lets tests open many caches in
-one process without duplicate-registration errors.
+Counters live as plain integers on each tier and cache (:mod:`lifeboatcache_core.stats`); at
+scrape time one collector, registered once per process, asks every live cache for its frozen
+``TieredCache.sample()`` and turns it into metric families. Nothing here reads a tier: what a
+tier reports is what it put in its ``Tier.sample()``. That keeps the hot path free of
+prometheus_client calls and lets tests open many caches in one process without
+duplicate-registration errors.
 
-Scrapes go through *samples*: one JSON-able dict per cache (:func:`cache_sample`). The
-in-process collector turns the samples of this process into metric families; the node
-endpoint (the app's :mod:`lifeboatcache.dashboard.metrics_node`) does the same with the samples other engine
-processes on the node spool to a shared directory, so one endpoint serves the whole node.
+Scrapes go through JSON-able *samples*: one dict per cache (:func:`as_sample` of a
+``CacheSample``). The in-process collector turns the samples of this process into metric
+families; the node endpoint (the app's :mod:`lifeboatcache.dashboard.metrics_node`) does the
+same with the samples other engine processes on the node spool to a shared directory, so one
+endpoint serves the whole node.
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from lifeboatcache_core.cache import TieredCache
+from lifeboatcache_core.stats import LATENCY_BUCKETS, OPS, CacheSample, TierSample
+
+__all__ = [
+    "CACHE_COUNTERS", "COUNTERS", "LATENCY_BUCKETS", "OPS", "RECOVERY_GAUGES", "TIER_GAUGES", "Sample", "Sampled",
+    "as_sample", "cache_sample", "derived", "families", "merge_samples", "process_samples", "track", "tracked",
+    "untrack",
+]
+
+
+class Sampled(Protocol):
+    """What the collector needs of a cache: its frozen sample (``TieredCache`` is one)."""
+
+    def sample(self) -> CacheSample: ...
+
 
 Sample = dict[str, Any]
-
-
-@dataclass
-class TierStats:
-    hits: int = 0
-    misses: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    puts: int = 0
-    evictions: int = 0
-    corrupt_blocks: int = 0
-    incompatible_blocks: int = 0
-    tampered_blocks: int = 0
-    errors: int = 0
-    promotions: int = 0
-    raw_bytes_written: int = 0
-    declined: int = 0
-    bypassed: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 COUNTERS = {
@@ -104,109 +96,41 @@ CACHE_COUNTERS = {
     "staged_late_arrivals": "Sessions that returned while some of their blocks were still below the top staging tier",
 }
 
-#: upper bounds (seconds) of the latency histograms: 50 µs .. 10 s
-LATENCY_BUCKETS: tuple[float, ...] = (
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-)
-OPS = ("put", "get")
-
-
-class LatencyHistogram:
-    """A fixed-bucket histogram of plain ints: ``observe`` is one bisect and two adds under a lock.
-
-    Observed once per batch slice or job, never per block, so it stays off the per-block path.
-    """
-
-    __slots__ = ("_lock", "count", "counts", "total")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)  # last slot: above the largest bound
-        self.total = 0.0
-        self.count = 0
-
-    def observe(self, seconds: float, weight: int = 1) -> None:
-        """Record ``weight`` events that each took ``seconds``."""
-        slot = bisect.bisect_left(LATENCY_BUCKETS, seconds)
-        with self._lock:
-            self.counts[slot] += weight
-            self.total += seconds * weight
-            self.count += weight
-
-    def sample(self) -> dict[str, Any]:
-        with self._lock:
-            return {"counts": list(self.counts), "sum": self.total, "count": self.count}
-
-
-@dataclass
-class CacheStats:
-    """What one TieredCache did for the engine, across tiers (updated once per batch slice)."""
-
-    lookups: int = 0
-    lookup_blocks: int = 0
-    lookup_hit_blocks: int = 0
-    bytes_served: int = 0
-    lookup_tokens: int = 0
-    lookup_hit_tokens: int = 0
-    put_blocks: int = 0
-    unstable_skipped: int = 0
-    staged_bytes: int = 0
-    staged_used_bytes: int = 0
-    staged_wasted_bytes: int = 0
-    staged_late_arrivals: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-    job_latency: dict[str, LatencyHistogram] = field(
-        default_factory=lambda: {op: LatencyHistogram() for op in OPS}, repr=False, compare=False
-    )
-
-    def add(self, **deltas: int) -> None:
-        with self.lock:
-            for name, delta in deltas.items():
-                setattr(self, name, getattr(self, name) + delta)
-
-    def counters(self) -> dict[str, int]:
-        with self.lock:
-            out = {name: getattr(self, name) for name in CACHE_COUNTERS if not name.startswith("lookup_miss_")}
-        out["lookup_miss_blocks"] = out["lookup_blocks"] - out["lookup_hit_blocks"]
-        out["lookup_miss_tokens"] = out["lookup_tokens"] - out["lookup_hit_tokens"]
-        return out
-
 
 # ----------------------------------------------------------------------------- samples
 
 
-def cache_sample(cache: TieredCache) -> Sample:
-    """Everything the metrics need from one cache, as plain JSON-able values."""
-    tiers: dict[str, dict[str, Any]] = {}
-    for tier in list(cache.all_tiers):
-        values: dict[str, Any] = tier.snapshot()
-        values.update(
-            tier_up=1 if tier.up else 0,
-            index_complete=1 if tier.index_complete else 0,
-            index_loading=1 if tier.index_loading else 0,
-            persistent=bool(tier.persistent),
-            backend=tier.backend_name,
-            codec=tier.codec.tag,
-            policy=tier.cfg.policy,
-            reason=tier.reason or "ok",
-            latency={op: hist.sample() for op, hist in tier.latency.items()},
-            **_recovery(tier),
-        )
-        tiers[tier.name] = values
-    stats: CacheStats = cache.telemetry
+def tier_values(tier: TierSample) -> dict[str, Any]:
+    """One tier's part of a JSON sample: its counters and gauges, health, names and histograms."""
+    values: dict[str, Any] = tier.stats()
+    values.update(
+        tier_up=1 if tier.up else 0,
+        index_complete=1 if tier.index_complete else 0,
+        index_loading=1 if tier.index_loading else 0,
+        persistent=tier.persistent,
+        backend=tier.backend,
+        codec=tier.codec,
+        policy=tier.policy,
+        reason=tier.reason or "ok",
+        latency={op: hist.as_dict() for op, hist in tier.latency.items()},
+    )
+    values.update({f"recovery_{name}": tier.recovery.get(name, 0) or 0 for name in RECOVERY_GAUGES})
+    values["recovery_phase"] = str(tier.recovery.get("phase") or ("done" if tier.index_complete else "pending"))
+    return values
+
+
+def as_sample(snapshot: CacheSample) -> Sample:
+    """Everything the metrics need from one cache's snapshot, as plain JSON-able values."""
     return {
-        "tiers": tiers,
-        "cache": stats.counters(),
-        "job_latency": {op: hist.sample() for op, hist in stats.job_latency.items()},
+        "tiers": {tier.name: tier_values(tier) for tier in snapshot.tiers},
+        "cache": dict(snapshot.counters),
+        "job_latency": {op: hist.as_dict() for op, hist in snapshot.job_latency.items()},
     }
 
 
-def _recovery(tier: Any) -> dict[str, Any]:
-    """The tier's recovery progress (``tier.recovery``, when the core tracks it) as ``recovery_*`` values."""
-    progress = getattr(tier, "recovery", None)
-    out: dict[str, Any] = {f"recovery_{name}": getattr(progress, name, 0) or 0 for name in RECOVERY_GAUGES}
-    out["recovery_phase"] = str(getattr(progress, "phase", "done" if tier.index_complete else "pending"))
-    return out
+def cache_sample(cache: Sampled) -> Sample:
+    """:func:`as_sample` of ``cache.sample()``."""
+    return as_sample(cache.sample())
 
 
 def process_samples() -> list[Sample]:
@@ -377,7 +301,7 @@ def families(sample: Sample) -> Iterator[_Family]:
 
 # ----------------------------------------------------------------------------- collectors
 
-_caches: weakref.WeakSet[TieredCache] = weakref.WeakSet()
+_caches: weakref.WeakSet[Sampled] = weakref.WeakSet()
 _registered = False
 _lock = threading.Lock()
 
@@ -389,7 +313,7 @@ class CacheCollector(Collector):
         yield from families(merge_samples(process_samples()))
 
 
-def track(cache: TieredCache) -> None:
+def track(cache: Sampled) -> None:
     """Make ``cache`` visible to the process-wide collector (registered on first use)."""
     global _registered
     with _lock:
@@ -399,14 +323,14 @@ def track(cache: TieredCache) -> None:
         _caches.add(cache)
 
 
-def tracked() -> list[TieredCache]:
+def tracked() -> list[Sampled]:
     """The caches open in this process: for an in-process driver that has no handle on the cache
     an engine adapter opened (the vLLM offline runner's cache steps)."""
     with _lock:
         return list(_caches)
 
 
-def untrack(cache: TieredCache) -> None:
+def untrack(cache: Sampled) -> None:
     """Stop exporting ``cache`` (it was closed): its numbers leave the next scrape."""
     with _lock:
         _caches.discard(cache)

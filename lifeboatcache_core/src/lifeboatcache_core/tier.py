@@ -21,9 +21,9 @@ from lifeboatcache_core.config import manifest_scheme
 from lifeboatcache_core.errors import CorruptBlockError, LifeboatError, ManifestError, TierFullError
 from lifeboatcache_core.integrity import BlockSigner, TamperedBlockError
 from lifeboatcache_core.keys import BlockKey
-from lifeboatcache_core.metrics import OPS, LatencyHistogram, TierStats
 from lifeboatcache_core.prefixes import PrefixGuard
 from lifeboatcache_core.recovery import RecoveryProgress, recover
+from lifeboatcache_core.stats import OPS, LatencyHistogram, TierSample, TierStats, frozen
 from lifeboatcache_core.threads import name_os_thread
 
 if TYPE_CHECKING:
@@ -733,6 +733,14 @@ class Tier:
                 policy.insert(key, size, None)
             self.policy = policy
 
+    def set_config(self, cfg: TierConfig) -> None:
+        """Run under ``cfg`` from now on: its write mode, health thresholds and ``stage`` switch
+        (capacity, policy and codec change through :meth:`resize`, :meth:`replace_policy` and
+        :meth:`replace_codec`, which move state)."""
+        with self.lock:
+            self.cfg = cfg
+            self.write_mode = cfg.write
+
     def replace_codec(self, cfg: TierConfig) -> None:
         """Encode new writes with ``cfg``'s codec; blocks already stored still decode by their tag."""
         codec: Codec = self.registry.load("codec", cfg.codec)(cfg.codec_config)
@@ -743,25 +751,35 @@ class Tier:
 
     # ------------------------------------------------------------------ misc
 
-    def snapshot(self) -> dict[str, Any]:
+    def sample(self) -> TierSample:
+        """This tier now, for metrics, the dashboard and benches (never the put/get path).
+
+        Counters, index size, capacity, codec and health are copied in one hold of the tier
+        lock, so they agree with each other; the latency histograms (own locks) are read after.
+        """
         with self.lock:
-            out: dict[str, Any] = self.stats.as_dict()
-            out.update(blocks=len(self.index), bytes_used=self.used, capacity_bytes=self.capacity)
-        out["codec_layout"] = describe_layout(self.codec_layout)
-        return out
+            counters = self.stats.as_dict()
+            blocks, used, capacity = len(self.index), self.used, self.capacity
+            up, reason, codec = self.up, self.reason, self.codec.tag
+            index_complete, index_loading = self.index_complete, self.index_loading
+        manifest = self.manifest
+        return TierSample(
+            name=self.name, backend=self.backend_name, codec=codec, codec_layout=describe_layout(self.codec_layout),
+            policy=self.cfg.policy, persistent=bool(self.persistent), up=up, reason=reason,
+            index_complete=index_complete, index_loading=index_loading, blocks=blocks, bytes_used=used,
+            capacity_bytes=capacity, counters=frozen(counters),
+            latency=frozen({op: hist.sample() for op, hist in self.latency.items()}),
+            recovery=frozen(self.recovery.as_dict()),
+            manifest_write_errors=manifest.write_errors if manifest is not None else 0,
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters and occupancy as one dict (``TieredCache.stats()``), from :meth:`sample`."""
+        return self.sample().stats()
 
     def health(self) -> dict[str, Any]:
-        return {
-            "tier": self.name,
-            "backend": self.backend_name,
-            "up": self.up,
-            "reason": self.reason,
-            "persistent": self.persistent,
-            "index_complete": self.index_complete,
-            "recovery": self.recovery.as_dict(),
-            # failed manifest flushes (rows are kept and retried): a locked or damaged database
-            "manifest_write_errors": self.manifest.write_errors if self.manifest is not None else 0,
-        }
+        """Up/down, reason, index and recovery state (``TieredCache.health()``), from :meth:`sample`."""
+        return self.sample().health()
 
     def close(self) -> None:
         self.read_pool.shutdown(wait=True)
