@@ -377,3 +377,142 @@ def test_from_policy_false_stages_on_hints_only(tmp_path: Path) -> None:
         assert all(in_tier(cache, "dram", b)) and not any(in_tier(cache, "dram", a))
     finally:
         cache.close()
+
+
+def test_a_session_that_came_back_keeps_its_other_staged_copies_for_its_visit(
+        stack: Callable[..., TieredCache]) -> None:
+    """The take-back must not remove what a session that is back is about to ask for."""
+    cache = stack()
+    a, a_data = session(cache, "a", 8, start=0)
+    cache.all_tiers[0].discard(a)
+    real, offset = cache.stager.clock, [0.0]
+    cache.stager.clock = lambda: real() + offset[0]
+    assert cache.stage("a", 0.0) == 8  # deadline: now + grace_s (10 s)
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", a))
+
+    offset[0] = 9.0  # back just before the deadline: its turn's first request reads the head
+    assert all(cache.get(a[:4], [bytearray(BLOCK) for _ in range(4)]))
+    offset[0] = 15.0  # past the deadline, 6 s into the visit
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", a[4:])), "taken back after the session came back"
+    hits = cache.all_tiers[0].stats.hits
+    out = [bytearray(BLOCK) for _ in range(2)]
+    assert all(cache.get(a[4:6], out)) and [bytes(o) for o in out] == a_data[4:6]
+    assert cache.all_tiers[0].stats.hits == hits + 2, "the turn's next request is served from DRAM"
+
+    offset[0] = 30.0  # grace_s after its last request: what it never asked for is waste
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert not any(in_tier(cache, "dram", a[6:])) and all(in_tier(cache, "dram", a[:6]))
+    assert (counters(cache)["staged_used_bytes"], counters(cache)["staged_wasted_bytes"]) == (6 * BLOCK, 2 * BLOCK)
+
+
+def test_a_copy_the_engine_reads_before_its_take_back_runs_is_kept_and_counted_used(
+        stack: Callable[..., TieredCache]) -> None:
+    """A take-back is queued on the tier's write pool; an engine read of the copy before it runs claims it."""
+    cache = stack(dram={"io_threads": 1})
+    a, a_data = session(cache, "a", 4, start=0)
+    cache.all_tiers[0].discard(a)
+    assert cache.stage("a", 0.0) == 4
+    assert cache.stager.wait_idle(TIMEOUT)
+    dram = cache.all_tiers[0]
+    gate, busy = threading.Event(), threading.Event()
+
+    def hold() -> None:  # the write pool's one thread is busy (a store of the engine's, say)
+        busy.set()
+        gate.wait(TIMEOUT)
+    held = dram.write_pool.submit(hold)
+    assert busy.wait(TIMEOUT)
+    try:
+        assert cache.release("a") == 4 * BLOCK  # the take-back is queued behind it
+        hits = dram.stats.hits
+        out = [bytearray(BLOCK) for _ in a]
+        assert all(cache.get(a, out)) and [bytes(o) for o in out] == a_data  # the session is back anyway
+        assert dram.stats.hits == hits + 4
+    finally:
+        gate.set()
+    held.result(TIMEOUT)
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", a)), "the take-back removed copies the engine had just read"
+    assert (counters(cache)["staged_used_bytes"], counters(cache)["staged_wasted_bytes"]) == (4 * BLOCK, 0)
+
+
+def test_a_take_back_keeps_a_copy_whose_block_the_lower_tier_evicted_meanwhile(
+        stack: Callable[..., TieredCache]) -> None:
+    """Whether a lower tier still holds the block is asked when the take-back runs, not when it was queued."""
+    cache = stack(dram={"io_threads": 1})
+    a, a_data = session(cache, "a", 4, start=0)
+    cache.all_tiers[0].discard(a)
+    assert cache.stage("a", 0.0) == 4
+    assert cache.stager.wait_idle(TIMEOUT)
+    dram, nvme = cache.all_tiers
+    gate, busy = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        busy.set()
+        gate.wait(TIMEOUT)
+    held = dram.write_pool.submit(hold)
+    assert busy.wait(TIMEOUT)
+    try:
+        assert cache.release("a") == 4 * BLOCK
+        nvme.discard(a[:2])  # the file tier evicts two of them before the take-back runs
+    finally:
+        gate.set()
+    held.result(TIMEOUT)
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert in_tier(cache, "dram", a) == [True, True, False, False], "the only copy left was taken back"
+    out = [bytearray(BLOCK) for _ in a]
+    assert all(cache.get(a, out)) and [bytes(o) for o in out] == a_data, "a hit became a miss"
+    assert counters(cache)["staged_wasted_bytes"] == 4 * BLOCK
+
+
+def test_a_copy_taken_back_while_the_engine_reads_it_leaves_no_ghost_in_the_index(
+        stack: Callable[..., TieredCache]) -> None:
+    """The take-back's discard lands between the engine's lookup of a copy and the end of its read.
+
+    The read has the bytes and is a hit; the tier must not then put the key back into its index
+    (its bytes are deleted), or the tier claims a block it does not hold: lookups say hit where a
+    load misses, and the stager takes the ghost for a staged copy and never stages it again.
+    """
+    cache = stack()
+    a, a_data = session(cache, "a", 2, start=0)
+    cache.all_tiers[0].discard(a)
+    assert cache.stage("a", 0.0) == 2
+    assert cache.stager.wait_idle(TIMEOUT)
+    dram = cache.all_tiers[0]
+    in_discard, go_discard, discarded = threading.Event(), threading.Event(), threading.Event()
+    in_read, go_read = threading.Event(), threading.Event()
+    discard, read = dram.discard, dram.backend.read
+
+    def slow_discard(keys: Any, **kw: Any) -> int:
+        in_discard.set()
+        go_discard.wait(TIMEOUT)
+        try:
+            return discard(keys, **kw)
+        finally:
+            discarded.set()
+
+    def slow_read(key: BlockKey, dest: memoryview | None = None) -> Any:
+        found = read(key, dest)  # the bytes are copied out before the discard deletes them
+        in_read.set()
+        go_read.wait(TIMEOUT)
+        return found
+    dram.discard, dram.backend.read = slow_discard, slow_read  # type: ignore[method-assign]
+    try:
+        cache.release("a")
+        assert in_discard.wait(TIMEOUT), "the take-back job is about to discard"
+        out = [bytearray(BLOCK)]
+        job = cache.submit_get_into(a[:1], out)  # the session is back: its lookup finds the DRAM copy
+        assert in_read.wait(TIMEOUT)
+        go_discard.set()
+        assert discarded.wait(TIMEOUT)
+        go_read.set()
+        assert cache.wait(job, TIMEOUT).ok == [True] and bytes(out[0]) == a_data[0]
+    finally:
+        go_discard.set()
+        go_read.set()
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert in_tier(cache, "dram", a) == [False, False], "the tier's index holds a block its backend deleted"
+    assert dram.used == 0
+    out = [bytearray(BLOCK) for _ in a]
+    assert all(cache.get(a, out)) and [bytes(o) for o in out] == a_data

@@ -6,15 +6,18 @@ wait: from each session's expected return time (a hint, ``TieredCache.stage``, o
 policy's own estimate, ``ReturnEstimator``) it copies the session's blocks into the tiers
 configured with ``stage = true`` above the tier that holds them, head of the prefix first (a
 prompt hits only up to its first miss), so that they are in the fastest tier when the turn
-arrives. What it staged and was not used by ``eta + grace_s`` is taken back (``Tier.discard``)
-and counted as waste.
+arrives. What it staged and was not used by ``eta + grace_s`` (or ``grace_s`` after the session
+last read a staged block: a session that is back keeps them for its visit) is taken back
+(``Tier.discard``) and counted as waste. A take-back is decided when its job runs on the tier's
+write pool, not when it was queued: a copy the engine read meanwhile is kept and counted used.
 
 Rules it keeps:
 
 - **Never a miss for a hit.** A staging store may only use free room or evict a block that
   the tier's policy picks anyway *and* that stays in the cache below (a lower tier holds it),
   and never a block of a session expected back no later than the one being staged
-  (``_evictable``). A staged copy is taken back only while a lower tier still holds the block.
+  (``_evictable``). A staged copy is taken back only while a lower tier still holds the block,
+  asked on the write pool just before the discard (``_take_back_now``).
 - **Never in the engine's way.** Sessions are learned in ``observe_put`` / ``observe_get``,
   which do dictionary work under a lock that is never held across I/O or a tier's lock. All
   reads and writes run on the tiers' own I/O pools, on at most ``thread_share`` of a source
@@ -117,6 +120,10 @@ class _Staged:
     nbytes: int
     deadline: float
     tiers: list[str] = field(default_factory=list)
+    #: expired or released: a take-back job is queued on the tiers' write pools. The record stays
+    #: until that job runs, so an engine read of the block before then claims it (``observe_get``:
+    #: used, not taken back), and the job discards only what is still unclaimed
+    taking_back: bool = False
 
 
 class Stager:
@@ -232,9 +239,12 @@ class Stager:
             arrived: set[str] = set()
             behind: set[str] = set()
             for key in keys:
-                record = self._staged.pop(key, None)
+                record = self._staged.pop(key, None)  # also one being taken back: the read claims it
                 if record is not None:
                     used += record.nbytes
+                    visiting = self._sessions.get(record.session)
+                    if visiting is not None:  # its other staged copies are kept for this visit
+                        visiting.arrived_at = now
                 tag = self._session_of.get(key)
                 if tag is None or tag not in self._plans:
                     continue
@@ -268,7 +278,13 @@ class Stager:
                 return 0
             known.hinted, known.released = True, False
             self._sessions.move_to_end(session)
-            self._plans[session] = self._new_plan(known, self.clock() + eta_s, hinted=True)
+            eta = self.clock() + eta_s
+            self._plans[session] = self._new_plan(known, eta, hinted=True)
+            for key in known.blocks:  # copies of it being taken back stay: the job skips them
+                record = self._staged.get(key)
+                if record is not None and record.session == session:
+                    record.taking_back = False
+                    record.deadline = max(record.deadline, eta + max(self.grace_s, self.lead_s))
             count = len(known.blocks)
         self._wake.set()
         return count
@@ -276,7 +292,8 @@ class Stager:
     def release(self, session: str) -> int:
         """``session`` is not coming back soon: stop staging it and take back what was staged unused.
 
-        Returns the bytes of staged blocks taken back (counted as waste). The policy's estimate
+        Returns the bytes of staged blocks to be taken back; each is counted as waste when it is
+        (a read of it by the engine before then counts it as used instead). The policy's estimate
         does not stage it again until the session is next seen.
         """
         with self._lock:
@@ -284,9 +301,9 @@ class Stager:
             if known is not None:
                 known.hinted, known.released = False, True
             self._plans.pop(session, None)
-            records = {k: r for k, r in self._staged.items() if r.session == session}
-            for key in records:
-                del self._staged[key]
+            records = {k: r for k, r in self._staged.items() if r.session == session and not r.taking_back}
+            for record in records.values():
+                record.taking_back = True
         wasted = self._take_back(records)
         self._wake.set()
         return wasted
@@ -460,7 +477,11 @@ class Stager:
             first = record is None
             if record is None:
                 record = self._staged[key] = _Staged(tag, nbytes, eta + max(self.grace_s, self.lead_s))
-            record.tiers.append(tier)
+            elif record.taking_back:  # staged again for a new return: wanted after all
+                record.taking_back = False
+                record.deadline = max(record.deadline, eta + max(self.grace_s, self.lead_s))
+            if tier not in record.tiers:
+                record.tiers.append(tier)
         if first:
             self._count(staged_bytes=nbytes)
 
@@ -485,7 +506,7 @@ class Stager:
             if plan is not None and plan.eta <= eta:
                 return False
             staged = self._staged.get(victim)
-            return staged is None or staged.deadline > eta + self.grace_s
+            return staged is None or staged.taking_back or staged.deadline > eta + self.grace_s
 
     # ------------------------------------------------------------------ estimates, expiry
 
@@ -523,11 +544,22 @@ class Stager:
                     self._plans[tag] = self._new_plan(session, eta, hinted=False)
 
     def _expire(self, now: float) -> None:
-        """Take back staged blocks whose session did not use them by their deadline."""
+        """Take back staged blocks whose session did not use them by their deadline.
+
+        A session that came back (``observe_get`` read one of its staged blocks, or it had a plan)
+        keeps its other staged copies until ``grace_s`` after that arrival: its visit is under
+        way, and the next requests of the turn may ask for them.
+        """
         with self._lock:
-            records = {k: r for k, r in self._staged.items() if r.deadline <= now}
-            for key in records:
-                del self._staged[key]
+            records = {}
+            for key, record in self._staged.items():
+                if record.taking_back:
+                    continue
+                session = self._sessions.get(record.session)
+                visit = session.arrived_at + self.grace_s if session is not None else float("-inf")
+                if max(record.deadline, visit) <= now:
+                    record.taking_back = True
+                    records[key] = record
             for tag in [t for t, p in self._plans.items() if p.eta + self.grace_s < now and not p.inflight]:
                 del self._plans[tag]
                 session = self._sessions.get(tag)
@@ -536,28 +568,70 @@ class Stager:
         self._take_back(records)
 
     def _take_back(self, records: dict[BlockKey, _Staged]) -> int:
-        """Discard staged copies (on each tier's write pool) where a lower tier still holds the block."""
+        """Queue the take-back of ``records`` (marked ``taking_back``) on each tier's write pool.
+
+        Nothing is decided here: whether a copy is still unclaimed, and whether a lower tier
+        still holds the block, are asked when the job runs (``_take_back_now``), not when it was
+        queued, because the engine may read the copy and a lower tier may evict the block in
+        between. Returns the bytes queued.
+        """
         if not records:
             return 0
-        wasted = sum(r.nbytes for r in records.values())
-        self._count(staged_wasted_bytes=wasted)
-        tiers = list(self._tiers())
-        for tier in tiers:
-            keys = [k for k, r in records.items() if tier.name in r.tiers and _held_below(tiers, k, tier)]
+        by_tier: dict[str, list[BlockKey]] = {}
+        for key, record in records.items():
+            for name in record.tiers:
+                by_tier.setdefault(name, []).append(key)
+        for tier in list(self._tiers()):
+            keys = by_tier.pop(tier.name, None)
             if not keys:
                 continue
             with self._lock:
                 self._inflight += 1
             try:
-                tier.write_pool.submit(tier.discard, keys).add_done_callback(self._discarded)
+                tier.write_pool.submit(self._take_back_now, tier, keys)
             except RuntimeError:  # closing
-                self._discarded(None)
-        return wasted
+                self._take_back_now(tier, keys, run=False)
+        for name, keys in by_tier.items():  # a tier down or gone: nothing to discard there
+            self._settle(name, keys)
+        return sum(r.nbytes for r in records.values())
 
-    def _discarded(self, _future: object) -> None:
+    def _take_back_now(self, tier: StagingTier, keys: list[BlockKey], run: bool = True) -> None:
+        """On ``tier``'s write pool: discard its staged copies of ``keys`` that are still unclaimed.
+
+        A copy the engine asked for since the take-back was queued is left alone (it was counted
+        as used); one whose block no lower tier holds any more is kept too, as an ordinary block,
+        since removing it now would turn a hit into a miss.
+        """
+        try:
+            with self._lock:
+                mine = [k for k in keys if (r := self._staged.get(k)) is not None and r.taking_back]
+            if run and mine:
+                tiers = list(self._tiers())
+                held = [k for k in mine if _held_below(tiers, k, tier)]
+                if held:
+                    tier.discard(held)
+            self._settle(tier.name, mine)
+        except Exception:  # a bug must not leave the stager busy for good
+            log.exception("stager: taking back copies from tier %s failed", tier.name)
+        finally:
+            with self._lock:
+                self._inflight -= 1
+            self._wake.set()
+
+    def _settle(self, tier: str, keys: list[BlockKey]) -> None:
+        """``tier`` is done with its take-back of ``keys``; a record no tier holds any more is waste."""
+        wasted = 0
         with self._lock:
-            self._inflight -= 1
-        self._wake.set()
+            for key in keys:
+                record = self._staged.get(key)
+                if record is None or not record.taking_back or tier not in record.tiers:
+                    continue
+                record.tiers.remove(tier)
+                if not record.tiers:
+                    del self._staged[key]
+                    wasted += record.nbytes
+        if wasted:
+            self._count(staged_wasted_bytes=wasted)
 
     # ------------------------------------------------------------------ bookkeeping
 

@@ -632,16 +632,20 @@ class Tier:
             self._io_error(exc)
             return None
         with self.lock:
-            if key not in self.index:  # found while the index was still loading
-                size = stored or payload.nbytes
+            if stored is None and key not in self.index:  # found while the index was still loading
+                size = payload.nbytes
                 self.index[key] = size
                 self.used += size
                 self.policy.insert(key, size, None)
-            self.policy.touch(key)
-            self._prefixes.used(key, time.monotonic())
+            # evicted or discarded while it was read: the bytes served are right, but they are
+            # deleted now, so the key must not come back into the index (a block it does not hold)
+            held = key in self.index
+            if held:
+                self.policy.touch(key)
+                self._prefixes.used(key, time.monotonic())
             self.stats.hits += 1
-            self.stats.bytes_read += self.index.get(key, 0)
-        if self.manifest is not None:
+            self.stats.bytes_read += self.index.get(key, stored or 0)
+        if self.manifest is not None and held:
             self.manifest.record_access(key)
         self._io_ok()
         return meta
