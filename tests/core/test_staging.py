@@ -7,6 +7,7 @@ generous timeout that only turns a hang into a failure.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -407,6 +408,24 @@ def test_a_session_that_came_back_keeps_its_other_staged_copies_for_its_visit(
     assert (counters(cache)["staged_used_bytes"], counters(cache)["staged_wasted_bytes"]) == (6 * BLOCK, 2 * BLOCK)
 
 
+@contextlib.contextmanager
+def write_pool_held(tier: Any) -> Iterator[None]:
+    """The tier's one write-pool thread is busy (a store of the engine's, say) for the ``with`` body:
+    jobs queued meanwhile (a take-back) run only after it."""
+    gate, busy = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        busy.set()
+        gate.wait(TIMEOUT)
+    held = tier.write_pool.submit(hold)
+    assert busy.wait(TIMEOUT)
+    try:
+        yield
+    finally:
+        gate.set()
+    held.result(TIMEOUT)
+
+
 def test_a_copy_the_engine_reads_before_its_take_back_runs_is_kept_and_counted_used(
         stack: Callable[..., TieredCache]) -> None:
     """A take-back is queued on the tier's write pool; an engine read of the copy before it runs claims it."""
@@ -416,22 +435,12 @@ def test_a_copy_the_engine_reads_before_its_take_back_runs_is_kept_and_counted_u
     assert cache.stage("a", 0.0) == 4
     assert cache.stager.wait_idle(TIMEOUT)
     dram = cache.all_tiers[0]
-    gate, busy = threading.Event(), threading.Event()
-
-    def hold() -> None:  # the write pool's one thread is busy (a store of the engine's, say)
-        busy.set()
-        gate.wait(TIMEOUT)
-    held = dram.write_pool.submit(hold)
-    assert busy.wait(TIMEOUT)
-    try:
+    with write_pool_held(dram):
         assert cache.release("a") == 4 * BLOCK  # the take-back is queued behind it
         hits = dram.stats.hits
         out = [bytearray(BLOCK) for _ in a]
         assert all(cache.get(a, out)) and [bytes(o) for o in out] == a_data  # the session is back anyway
         assert dram.stats.hits == hits + 4
-    finally:
-        gate.set()
-    held.result(TIMEOUT)
     assert cache.stager.wait_idle(TIMEOUT)
     assert all(in_tier(cache, "dram", a)), "the take-back removed copies the engine had just read"
     assert (counters(cache)["staged_used_bytes"], counters(cache)["staged_wasted_bytes"]) == (4 * BLOCK, 0)
@@ -446,19 +455,9 @@ def test_a_take_back_keeps_a_copy_whose_block_the_lower_tier_evicted_meanwhile(
     assert cache.stage("a", 0.0) == 4
     assert cache.stager.wait_idle(TIMEOUT)
     dram, nvme = cache.all_tiers
-    gate, busy = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        busy.set()
-        gate.wait(TIMEOUT)
-    held = dram.write_pool.submit(hold)
-    assert busy.wait(TIMEOUT)
-    try:
+    with write_pool_held(dram):
         assert cache.release("a") == 4 * BLOCK
         nvme.discard(a[:2])  # the file tier evicts two of them before the take-back runs
-    finally:
-        gate.set()
-    held.result(TIMEOUT)
     assert cache.stager.wait_idle(TIMEOUT)
     assert in_tier(cache, "dram", a) == [True, True, False, False], "the only copy left was taken back"
     out = [bytearray(BLOCK) for _ in a]
