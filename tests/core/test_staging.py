@@ -408,6 +408,15 @@ def test_a_session_that_came_back_keeps_its_other_staged_copies_for_its_visit(
     assert (counters(cache)["staged_used_bytes"], counters(cache)["staged_wasted_bytes"]) == (6 * BLOCK, 2 * BLOCK)
 
 
+def staged_back(cache: TieredCache, n: int) -> tuple[list[BlockKey], list[bytes]]:
+    """Session "a" of ``n`` blocks, gone from the top tier and staged back into it from the one below."""
+    a, a_data = session(cache, "a", n, start=0)
+    cache.all_tiers[0].discard(a)
+    assert cache.stage("a", 0.0) == n
+    assert cache.stager.wait_idle(TIMEOUT)
+    return a, a_data
+
+
 @contextlib.contextmanager
 def write_pool_held(tier: Any) -> Iterator[None]:
     """The tier's one write-pool thread is busy (a store of the engine's, say) for the ``with`` body:
@@ -430,10 +439,7 @@ def test_a_copy_the_engine_reads_before_its_take_back_runs_is_kept_and_counted_u
         stack: Callable[..., TieredCache]) -> None:
     """A take-back is queued on the tier's write pool; an engine read of the copy before it runs claims it."""
     cache = stack(dram={"io_threads": 1})
-    a, a_data = session(cache, "a", 4, start=0)
-    cache.all_tiers[0].discard(a)
-    assert cache.stage("a", 0.0) == 4
-    assert cache.stager.wait_idle(TIMEOUT)
+    a, a_data = staged_back(cache, 4)
     dram = cache.all_tiers[0]
     with write_pool_held(dram):
         assert cache.release("a") == 4 * BLOCK  # the take-back is queued behind it
@@ -450,10 +456,7 @@ def test_a_take_back_keeps_a_copy_whose_block_the_lower_tier_evicted_meanwhile(
         stack: Callable[..., TieredCache]) -> None:
     """Whether a lower tier still holds the block is asked when the take-back runs, not when it was queued."""
     cache = stack(dram={"io_threads": 1})
-    a, a_data = session(cache, "a", 4, start=0)
-    cache.all_tiers[0].discard(a)
-    assert cache.stage("a", 0.0) == 4
-    assert cache.stager.wait_idle(TIMEOUT)
+    a, a_data = staged_back(cache, 4)
     dram, nvme = cache.all_tiers
     with write_pool_held(dram):
         assert cache.release("a") == 4 * BLOCK
