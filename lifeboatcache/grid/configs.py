@@ -11,7 +11,8 @@
   (its tiers, codecs, policies), labelled ``lifeboatcache:<file stem>``; see
   :func:`cell_lifeboat_config` for what the grid changes in it so that every cell starts empty.
 
-Every offloading configuration moves 256-token chunks, so they differ only in the tier below.
+Every offloading configuration moves chunks of the same ``EngineSettings.chunk_tokens`` (default
+256), so they differ only in the tier below.
 """
 
 from __future__ import annotations
@@ -44,12 +45,17 @@ class EngineSettings:
     block_size: int | None = None
     max_num_seqs: int | None = None
     tier_capacity_gb: float = 20.0
+    #: tokens per offloaded chunk, every column alike (vLLM's ``block_size`` of the offloading
+    #: config): smaller chunks lose fewer tokens of a prompt's last partial chunk, larger ones
+    #: mean fewer lookups, files and transfers
+    chunk_tokens: int = CHUNK_TOKENS
     extra_args: tuple[str, ...] = ()
     program: tuple[str, ...] | None = None  # another OpenAI-compatible server launcher (tests)
 
 
-def _offloading(spec_name: str, spec_module: str | None, dram_gb: float, tiers: list[dict]) -> dict:
-    extra: dict = {"spec_name": spec_name, "cpu_bytes_to_use": int(dram_gb * GIB), "block_size": CHUNK_TOKENS,
+def _offloading(spec_name: str, spec_module: str | None, dram_gb: float, tiers: list[dict],
+                chunk_tokens: int = CHUNK_TOKENS) -> dict:
+    extra: dict = {"spec_name": spec_name, "cpu_bytes_to_use": int(dram_gb * GIB), "block_size": chunk_tokens,
                    "offload_prompt_only": False}
     if spec_module:
         extra["spec_module_path"] = spec_module
@@ -140,7 +146,7 @@ def _inside(tier_dir: Path, path: str, where: str) -> str:
 
 
 def cell_lifeboat_config(data: dict[str, Any], dram_gb: float, tier_dir: Path,
-                         dashboard_port: int | None = None) -> dict[str, Any]:
+                         dashboard_port: int | None = None, chunk_tokens: int = CHUNK_TOKENS) -> dict[str, Any]:
     """A cell's copy of a lifeboatcache config: its own empty tiers, the grid's CPU tier, our metrics.
 
     - Every tier ``path`` that is relative is placed under the cell's ``tier_dir`` (``path =
@@ -148,7 +154,7 @@ def cell_lifeboat_config(data: dict[str, Any], dram_gb: float, tier_dir: Path,
       its tiers sit on the cell's own small filesystem. An absolute path is used as written, for
       a tier the user means to share (an NFS mount): the grid neither empties nor bounds it.
     - ``fallback_local`` moves under ``tier_dir`` too; ``engine.native_cpu_gb`` becomes the
-      cell's DRAM size and ``engine.native_block_tokens`` the grid's chunk, so every column moves
+      cell's DRAM size and ``engine.native_block_tokens`` the grid's ``chunk_tokens``, so every column moves
       the same chunks through the same CPU tier and differs only below it.
     - The dashboard serves on ``dashboard_port`` (the grid reads our tier's counters from its
       ``/metrics``), or is off without one.
@@ -159,17 +165,17 @@ def cell_lifeboat_config(data: dict[str, Any], dram_gb: float, tier_dir: Path,
             tier["path"] = _inside(tier_dir, tier["path"], f"tiers[{index}].path")
     config["fallback_local"] = {**(config.get("fallback_local") or {}), "path": str(tier_dir / "fallback")}
     config["engine"] = {**(config.get("engine") or {}), "native_cpu_gb": dram_gb,
-                        "native_block_tokens": CHUNK_TOKENS}
+                        "native_block_tokens": chunk_tokens}
     dashboard = {"enabled": True, "port": dashboard_port} if dashboard_port else {"enabled": False}
     config["dashboard"] = {**(config.get("dashboard") or {}), **dashboard}
     return config
 
 
 def lifeboat_config(dram_gb: float, tier_dir: Path, capacity_gb: float, source: Path | None = None,
-                    dashboard_port: int | None = None) -> dict:
+                    dashboard_port: int | None = None, chunk_tokens: int = CHUNK_TOKENS) -> dict:
     """The lifeboatcache config of one cell: ``source``'s stack (default: one file tier), made fresh."""
     data = read_lifeboat_file(source) if source is not None else _default_stack(capacity_gb)
-    return cell_lifeboat_config(data, dram_gb, tier_dir, dashboard_port)
+    return cell_lifeboat_config(data, dram_gb, tier_dir, dashboard_port, chunk_tokens)
 
 
 def kv_transfer_config(config: str | GridConfig, settings: EngineSettings, dram_gb: float, tier_dir: Path,
@@ -182,10 +188,11 @@ def kv_transfer_config(config: str | GridConfig, settings: EngineSettings, dram_
         return None
     if config == "vllm-native-cpu":
         name, module = _cpu_platform_spec() if on_cpu else ("CPUOffloadingSpec", None)
-        return _offloading(name, module, dram_gb, [])
+        return _offloading(name, module, dram_gb, [], settings.chunk_tokens)
     if config == "vllm-fs":
         name, module = _cpu_platform_spec() if on_cpu else ("TieringOffloadingSpec", None)
-        return _offloading(name, module, dram_gb, [{"type": "fs", "root_dir": str(tier_dir / "vllm-fs")}])
+        return _offloading(name, module, dram_gb, [{"type": "fs", "root_dir": str(tier_dir / "vllm-fs")}],
+                           settings.chunk_tokens)
     if config == "lifeboatcache":
         try:
             from lifeboatcache_vllm.autoenable import kv_transfer_config_dict
@@ -193,7 +200,7 @@ def kv_transfer_config(config: str | GridConfig, settings: EngineSettings, dram_
             raise RuntimeError("the lifeboatcache configuration needs the vLLM adapter: "
                                "pip install 'lifeboatcache[vllm]'") from exc
         return kv_transfer_config_dict(lifeboat_config(dram_gb, tier_dir, settings.tier_capacity_gb, choice.source,
-                                                       dashboard_port))
+                                                       dashboard_port, settings.chunk_tokens))
     raise ValueError(f"unknown configuration {config!r}; choose from {', '.join(CONFIGS)}")
 
 

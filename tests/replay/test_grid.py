@@ -48,6 +48,15 @@ def test_configurations_differ_only_in_the_tier_below(tmp_path: Path) -> None:
     assert "--enforce-eager" not in server_spec("vllm", cuda, 1, tmp_path).args
 
 
+def test_every_column_moves_the_chunk_size_asked_for(tmp_path: Path) -> None:
+    """``--chunk-tokens``: vLLM's own tiers and ours offload chunks of the same size."""
+    cpu = EngineSettings(model="m", device="cpu", block_size=32, chunk_tokens=64)
+    native, fs, ours = (_transfer(server_spec(c, cpu, 0.5, tmp_path / c).args)["kv_connector_extra_config"]
+                        for c in ("vllm-native-cpu", "vllm-fs", "lifeboatcache"))
+    assert native["block_size"] == fs["block_size"] == 64
+    assert ours["lifeboatcache"]["engine"]["native_block_tokens"] == 64
+
+
 def test_grid_runs_fresh_servers_per_cell_and_writes_results(tmp_path: Path) -> None:
     log = tmp_path / "requests.jsonl"
     settings = EngineSettings(model="fake", served_name="fake-model",
