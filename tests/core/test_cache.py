@@ -320,3 +320,21 @@ def test_a_block_the_policy_does_not_admit_is_not_stored_and_evicts_nothing(tmp_
         assert len(policy.asked) == 3
         assert cache.put([ks[2]], blobs(1, 4096)) == [True]  # admitted: evicts as before
         assert ks[2] in tier.index and tier.stats.evictions == 1
+
+
+def test_store_threads_yield_to_the_engine_and_load_threads_do_not(tmp_path: Path) -> None:
+    """``write_nice``: stores run niced on their own threads; loads (a request waits) keep the process's priority."""
+    import threading
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    with open_cache(tmp_path, file_tier(tmp_path / "t", io_threads=2, write_nice=7)) as cache:
+        ks, data = keys(4), blobs(4, 10_000)
+        assert cache.put(ks, data) == [True] * 4
+        assert cache.get(ks, [bytearray(10_000) for _ in ks]) == [True] * 4
+        nice = {t.name: os.getpriority(os.PRIO_PROCESS, t.native_id) for t in threading.enumerate()
+                if t.name.startswith("lifeboat-nvme-") and t.native_id is not None}
+    writers = [v for name, v in nice.items() if "-write" in name]
+    readers = [v for name, v in nice.items() if "-read" in name]
+    assert writers and readers
+    assert set(writers) == {min(19, base + 7)} and set(readers) == {base}
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the caller's (the engine's) thread is untouched

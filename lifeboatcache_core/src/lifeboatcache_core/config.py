@@ -104,6 +104,12 @@ class TierConfig(BaseModel):
     policy_options: dict[str, Any] = Field(default_factory=dict)
     write: Literal["through", "back"] = "through"
     io_threads: int = Field(default=4, ge=1, le=256)
+    #: how much lower than the process the tier's write-pool threads run (their nice value is
+    #: raised by this much; Linux). Stores, demotions and staging copies are work the engine never
+    #: waits for, but their encoding and hashing take a core from its forward passes on a busy
+    #: host; niced, they run in the time the engine leaves. Loads keep the process's priority (a
+    #: request waits for them). 0: stores compete with the engine as equals.
+    write_nice: int = Field(default=10, ge=0, le=19)
     unhealthy_after: int = Field(default=5, ge=1)
     reprobe_seconds: float = Field(default=5.0, gt=0)
     probe_seconds: float = Field(default=30.0, gt=0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 
 #: prefix of every thread lifeboatcache starts (Python name)
@@ -28,6 +29,29 @@ def name_os_thread(name: str) -> None:
         _libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
     except (OSError, AttributeError):  # not Linux, or no prctl: names are cosmetic
         pass
+
+
+def lower_thread_priority(by: int) -> bool:
+    """Raise the calling thread's nice value by ``by`` (at most to 19); False where it cannot.
+
+    On Linux ``setpriority(PRIO_PROCESS, tid)`` applies to the one thread, so a pool's threads
+    can yield to the engine's without touching the engine. Raising a nice value needs no
+    privilege; it cannot be undone without one, so only threads that stay background get it.
+    """
+    if by <= 0 or sys.platform != "linux":
+        return False
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + by))
+    except OSError:
+        return False
+    return True
+
+
+def start_background_thread(name: str, nice: int) -> None:
+    """Initializer of a pool whose work nothing waits on: a kernel-visible name and a lower priority."""
+    name_os_thread(name)
+    lower_thread_priority(nice)
 
 
 def _task_cpu_seconds(tid: int | str, tick: int) -> float | None:

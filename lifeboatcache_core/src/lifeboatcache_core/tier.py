@@ -24,7 +24,7 @@ from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.prefixes import PrefixGuard
 from lifeboatcache_core.recovery import RecoveryProgress, recover
 from lifeboatcache_core.stats import OPS, LatencyHistogram, TierSample, TierStats, frozen
-from lifeboatcache_core.threads import name_os_thread
+from lifeboatcache_core.threads import name_os_thread, start_background_thread
 
 if TYPE_CHECKING:
     from lifeboatcache_core.config import TierConfig
@@ -80,8 +80,10 @@ class Tier:
         # (one 7k-token prompt is ~30 stores of 6 MB). Each pool has ``io_threads`` threads.
         self.read_pool = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix=f"lifeboat-{self.name}-read",
                                             initializer=name_os_thread, initargs=("lifeboat-read",))
+        # Stores wait for nobody: their threads yield to the engine's on a busy host (write_nice).
         self.write_pool = ThreadPoolExecutor(cfg.io_threads, thread_name_prefix=f"lifeboat-{self.name}-write",
-                                             initializer=name_os_thread, initargs=("lifeboat-write",))
+                                             initializer=start_background_thread,
+                                             initargs=("lifeboat-write", cfg.write_nice))
         self.io_threads = cfg.io_threads
         self.lock = threading.Lock()
         self._space = threading.Condition(self.lock)  # signalled when a reservation is released
