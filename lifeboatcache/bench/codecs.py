@@ -13,7 +13,11 @@ bytes per core (raw bytes per second of the CPU time of *all* threads of the pro
 wall-clock GB/s of the same passes, and wall-clock GB/s with the blocks spread over
 ``os.cpu_count()`` threads as the cache's I/O threads run them (``*_wall_threads``: a codec that
 holds the GIL gains nothing there), K and V relative error (Frobenius norm of the error over that of the codec's
-input), perplexity and ``ppl_rel = ppl / ppl_exact - 1``. ``lossless_fp8`` feeds the lossless
+input), perplexity, ``ppl_rel = ppl / ppl_exact - 1`` and ``kl``, the mean KL divergence of the
+scored positions' next-token distributions from the exact cache's (never negative, zero only for
+the exact distributions: the figure codecs' errors rank by, where ppl can move either way).
+``ppl_recomputed`` is the perplexity from one forward pass with the model's own float32 cache:
+it differs from ``ppl_exact`` by the bf16 rounding of the cache alone. ``lossless_fp8`` feeds the lossless
 codec the cache cast to fp8 e4m3 (vLLM's fp8 KV with unit scales): its ppl is that of fp8 KV.
 
 **Reference column:** ZipNN (PyPI ``zipnn``, byte input as bf16, its own thread count), the
@@ -90,9 +94,14 @@ class KVScorer:
         values = torch.stack([layer.values[0] for layer in cache.layers]).transpose(1, 2)
         bf16 = torch.stack([keys, values]).to(torch.bfloat16).contiguous()
         self.exact = bf16.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        self._exact_log_probs: torch.Tensor | None = None
 
-    def perplexity(self, kv: np.ndarray) -> float:
-        """Perplexity of the ``score`` tokens after the context, attending over ``kv`` (any float dtype)."""
+    def log_probs(self, kv: np.ndarray) -> torch.Tensor:
+        """Log-probabilities (score, vocab) the model gives each scored position, attending over ``kv``.
+
+        ``kv`` (any float dtype, cast to float32) replaces the context's cache; every scored
+        token then attends over it, so whatever a codec did to it shows here.
+        """
         import torch
         from transformers import DynamicCache
 
@@ -101,10 +110,48 @@ class KVScorer:
         for layer in range(tensor.shape[1]):
             cache.update(tensor[0, layer].transpose(0, 1)[None], tensor[1, layer].transpose(0, 1)[None], layer)
         inputs = self.ids[:, self.context: self.context + self.score]
-        targets = self.ids[0, self.context + 1: self.context + self.score + 1]
         with torch.no_grad():
             logits = self.model(inputs, past_key_values=cache, use_cache=True).logits[0].float()
-        return float(torch.exp(torch.nn.functional.cross_entropy(logits, targets)))
+        return torch.log_softmax(logits, dim=-1)
+
+    def perplexity(self, kv: np.ndarray) -> float:
+        """Perplexity of the ``score`` tokens after the context, attending over ``kv`` (any float dtype)."""
+        return self._perplexity(self.log_probs(kv))
+
+    def kl_divergence(self, kv: np.ndarray) -> float:
+        """Mean KL(exact || with ``kv``) in nats of the scored positions' next-token distributions.
+
+        Unlike perplexity, which a small perturbation can lower by chance, this is zero only when
+        the distributions are the exact cache's and grows with any change to them: errors of
+        codecs rank by it.
+        """
+        return self.fidelity(kv)[1]
+
+    def fidelity(self, kv: np.ndarray) -> tuple[float, float]:
+        """(perplexity, KL divergence from the exact cache) of ``kv`` from one forward pass."""
+        if self._exact_log_probs is None:
+            self._exact_log_probs = self.log_probs(self.exact)
+        exact, other = self._exact_log_probs, self.log_probs(kv)
+        return self._perplexity(other), float((exact.exp() * (exact - other)).sum(dim=-1).mean())
+
+    def recomputed_perplexity(self) -> float:
+        """Perplexity of the scored tokens from one forward pass over context and scored tokens.
+
+        The model's own float32 cache, never rounded nor written back: the exact cache's
+        perplexity differs from it only by the bf16 rounding of the cache, so a write-back that
+        misplaces layers, heads, tokens or K and V shows as a gap far wider than that.
+        """
+        import torch
+
+        with torch.no_grad():
+            logits = self.model(self.ids[:, : self.context + self.score]).logits[0, self.context:].float()
+        return self._perplexity(torch.log_softmax(logits, dim=-1))
+
+    def _perplexity(self, log_probs: torch.Tensor) -> float:
+        import torch
+
+        targets = self.ids[0, self.context + 1: self.context + self.score + 1]
+        return float(torch.exp(-log_probs.gather(1, targets[:, None]).mean()))
 
 
 def smollm2_scorer(text: Path, context: int, score: int) -> KVScorer:
@@ -268,6 +315,11 @@ def relative_error(reference: np.ndarray, decoded: np.ndarray) -> float:
     return float(np.linalg.norm(decoded.astype(np.float32) - ref)) / norm if norm else 0.0
 
 
+def _significant(value: float, digits: int = 6) -> float:
+    """``value`` to ``digits`` significant digits: a KL of 1e-8 is a figure, not zero."""
+    return float(f"{value:.{digits}g}")
+
+
 def _figures(run: CodecRun) -> dict[str, float]:
     return {
         "ratio": round(run.ratio, 4),
@@ -298,9 +350,9 @@ def run_benchmark(scorer: KVScorer, names: list[str], block_tokens: int, repeats
         results[name] = {"codec": f"zipnn {ref.version}", "reference": True, "options": {"threads": "default"},
                          "input_dtype": "bfloat16", **_figures(run),
                          "k_rel_err": round(relative_error(source[0], run.decoded[0]), 6),
-                         "v_rel_err": round(relative_error(source[1], run.decoded[1]), 6),
-                         "ppl": round(scorer.perplexity(run.decoded.astype(np.float32)), 4)}
-        results[name]["ppl_rel"] = round(results[name]["ppl"] / ppl_exact - 1.0, 6)
+                         "v_rel_err": round(relative_error(source[1], run.decoded[1]), 6)}
+        ppl, kl = scorer.fidelity(run.decoded.astype(np.float32))
+        results[name].update(ppl=round(ppl, 4), ppl_rel=round(ppl / ppl_exact - 1.0, 6), kl=_significant(kl))
     for name in names:
         registered, options, dtype = BENCH_CODECS[name]
         if registered == "oscar":
@@ -312,7 +364,7 @@ def run_benchmark(scorer: KVScorer, names: list[str], block_tokens: int, repeats
         if calibrate is not None:  # calibration happens once per namespace, not per block: untimed
             calibrate(blocks[0].astype(np.float32), KVLayout(dtype, blocks[0].shape, AXES))
         run = run_codec(codec, blocks, repeats)
-        ppl = scorer.perplexity(run.decoded.astype(np.float32))
+        ppl, kl = scorer.fidelity(run.decoded.astype(np.float32))
         results[name] = {
             "codec": codec.tag,
             "options": options if registered != "oscar" else {},
@@ -322,8 +374,10 @@ def run_benchmark(scorer: KVScorer, names: list[str], block_tokens: int, repeats
             "v_rel_err": round(relative_error(source[1], run.decoded[1]), 6),
             "ppl": round(ppl, 4),
             "ppl_rel": round(ppl / ppl_exact - 1.0, 6),
+            "kl": _significant(kl),
         }
-    return {"ppl_exact": round(ppl_exact, 4), "codecs": results}
+    return {"ppl_exact": round(ppl_exact, 4), "ppl_recomputed": round(scorer.recomputed_perplexity(), 4),
+            "codecs": results}
 
 
 def machine() -> dict[str, Any]:
@@ -381,13 +435,14 @@ def register(app: typer.Typer) -> None:
             return
         table = Table("codec", "ratio", "enc GB/s core", "dec GB/s core", "enc wall", "dec wall",
                       f"enc wall {os.cpu_count()} thr", f"dec wall {os.cpu_count()} thr", "K err", "V err", "ppl",
-                      "ppl vs exact", title=f"exact cache: perplexity {doc['ppl_exact']}; GB/s of raw KV, per core = "
-                                            "CPU time of all threads")
+                      "ppl vs exact", "KL nats",
+                      title=f"exact cache: perplexity {doc['ppl_exact']} (recomputed {doc['ppl_recomputed']}); "
+                            "GB/s of raw KV, per core = CPU time of all threads")
         for name, row in doc["codecs"].items():
             table.add_row(f"{name} (reference)" if row.get("reference") else name, f"{row['ratio']:.3f}x",
                           *(f"{row[k]:.2f}" for k in ("encode_GBps", "decode_GBps", "encode_GBps_wall",
                                                       "decode_GBps_wall", "encode_GBps_wall_threads",
                                                       "decode_GBps_wall_threads")),
                           f"{row['k_rel_err']:.4f}", f"{row['v_rel_err']:.4f}", f"{row['ppl']:.2f}",
-                          f"{row['ppl_rel']:+.2%}")
+                          f"{row['ppl_rel']:+.2%}", f"{row['kl']:.4f}")
         Console().print(table)
