@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from lifeboatcache.grid.configs import CHUNK_TOKENS, CONFIGS, EngineSettings, absolute_tier_paths, parse_configs
+from lifeboatcache.grid.configs import CONFIGS, EngineSettings, absolute_tier_paths, parse_configs
 from lifeboatcache.grid.console import wide_console
 from lifeboatcache.grid.driver import RESTART_SIGNALS, GridPlan, run_grid
 from lifeboatcache.grid.plots import write_plots
@@ -55,8 +55,9 @@ def register(app: typer.Typer) -> None:
         max_model_len: int = typer.Option(2048, help="Server context length; longer sessions are skipped."),
         device_kv_blocks: int = typer.Option(0, help="--num-gpu-blocks-override: device KV size (0: vLLM decides)."),
         block_size: int = typer.Option(0, help="vLLM KV block size in tokens (0: vLLM's default)."),
-        chunk_tokens: int = typer.Option(CHUNK_TOKENS, min=1, help="Tokens per offloaded chunk, the same for every "
-                                         "column (a multiple of --block-size)."),
+        chunk_tokens: int = typer.Option(0, min=0, help="Tokens per offloaded chunk, the same for every column (a "
+                                         "multiple of --block-size; 0: one engine block, vLLM's default and "
+                                         "lifeboatcache's)."),
         dtype: str = typer.Option("bfloat16", help="Model dtype."),
         vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="Extra vLLM flag (repeat), e.g. --vllm-arg=--tp=2."),
         out: Path = typer.Option(Path("grid-results"), help="Results directory (JSON, Markdown, PNG, logs)."),
@@ -95,7 +96,7 @@ def register(app: typer.Typer) -> None:
         if restart_after_round and sessions_per_agent > 1:
             raise typer.BadParameter("a restart splits every session at one round; use it with one session per "
                                      "agent", param_hint="--sessions-per-agent")
-        if block_size and chunk_tokens % block_size:
+        if block_size and chunk_tokens and chunk_tokens % block_size:
             raise typer.BadParameter(f"{chunk_tokens} is not a multiple of --block-size {block_size}",
                                      param_hint="--chunk-tokens")
         shared = [c.label for c in columns if absolute_tier_paths(c)]
@@ -113,7 +114,7 @@ def register(app: typer.Typer) -> None:
         settings = EngineSettings(
             model=resolve_model(model), served_name="model", device=detect_device() if device == "auto" else device,
             max_model_len=max_model_len, dtype=dtype, device_kv_blocks=device_kv_blocks or None,
-            block_size=block_size or None, chunk_tokens=chunk_tokens, extra_args=tuple(vllm_arg),
+            block_size=block_size or None, chunk_tokens=chunk_tokens or None, extra_args=tuple(vllm_arg),
             program=tuple(shlex.split(server_program)) or None)
         plan = GridPlan(columns, _floats(dram_gb), agent_counts, settings,
                         ReplayOptions(max_tokens=max_tokens, think_scale=think_scale, token_map=token_map),

@@ -11,8 +11,9 @@
   (its tiers, codecs, policies), labelled ``lifeboatcache:<file stem>``; see
   :func:`cell_lifeboat_config` for what the grid changes in it so that every cell starts empty.
 
-Every offloading configuration moves chunks of the same ``EngineSettings.chunk_tokens`` (default
-256), so they differ only in the tier below.
+Every offloading configuration moves chunks of the same size, so they differ only in the tier
+below: ``EngineSettings.chunk_tokens``, or by default one engine block (vLLM's own default, and
+what ``engine.native_block_tokens = "auto"`` gives lifeboatcache).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from typing import Any
 from lifeboatcache.grid.server import ServerSpec
 
 CONFIGS = ("vllm", "vllm-native-cpu", "vllm-fs", "lifeboatcache")
-CHUNK_TOKENS = 256
 GIB = 1024**3
 
 
@@ -46,17 +46,18 @@ class EngineSettings:
     max_num_seqs: int | None = None
     tier_capacity_gb: float = 20.0
     #: tokens per offloaded chunk, every column alike (vLLM's ``block_size`` of the offloading
-    #: config): smaller chunks lose fewer tokens of a prompt's last partial chunk, larger ones
-    #: mean fewer lookups, files and transfers
-    chunk_tokens: int = CHUNK_TOKENS
+    #: config); None: one engine block, both tools' default. Smaller chunks recompute less of a
+    #: prompt's last partial chunk, larger ones mean fewer lookups, files and transfers
+    chunk_tokens: int | None = None
     extra_args: tuple[str, ...] = ()
     program: tuple[str, ...] | None = None  # another OpenAI-compatible server launcher (tests)
 
 
 def _offloading(spec_name: str, spec_module: str | None, dram_gb: float, tiers: list[dict],
-                chunk_tokens: int = CHUNK_TOKENS) -> dict:
-    extra: dict = {"spec_name": spec_name, "cpu_bytes_to_use": int(dram_gb * GIB), "block_size": chunk_tokens,
-                   "offload_prompt_only": False}
+                chunk_tokens: int | None = None) -> dict:
+    extra: dict = {"spec_name": spec_name, "cpu_bytes_to_use": int(dram_gb * GIB), "offload_prompt_only": False}
+    if chunk_tokens:
+        extra["block_size"] = chunk_tokens
     if spec_module:
         extra["spec_module_path"] = spec_module
     if tiers:
@@ -146,7 +147,7 @@ def _inside(tier_dir: Path, path: str, where: str) -> str:
 
 
 def cell_lifeboat_config(data: dict[str, Any], dram_gb: float, tier_dir: Path,
-                         dashboard_port: int | None = None, chunk_tokens: int = CHUNK_TOKENS) -> dict[str, Any]:
+                         dashboard_port: int | None = None, chunk_tokens: int | None = None) -> dict[str, Any]:
     """A cell's copy of a lifeboatcache config: its own empty tiers, the grid's CPU tier, our metrics.
 
     - Every tier ``path`` that is relative is placed under the cell's ``tier_dir`` (``path =
@@ -165,14 +166,14 @@ def cell_lifeboat_config(data: dict[str, Any], dram_gb: float, tier_dir: Path,
             tier["path"] = _inside(tier_dir, tier["path"], f"tiers[{index}].path")
     config["fallback_local"] = {**(config.get("fallback_local") or {}), "path": str(tier_dir / "fallback")}
     config["engine"] = {**(config.get("engine") or {}), "native_cpu_gb": dram_gb,
-                        "native_block_tokens": chunk_tokens}
+                        "native_block_tokens": chunk_tokens or "auto"}
     dashboard = {"enabled": True, "port": dashboard_port} if dashboard_port else {"enabled": False}
     config["dashboard"] = {**(config.get("dashboard") or {}), **dashboard}
     return config
 
 
 def lifeboat_config(dram_gb: float, tier_dir: Path, capacity_gb: float, source: Path | None = None,
-                    dashboard_port: int | None = None, chunk_tokens: int = CHUNK_TOKENS) -> dict:
+                    dashboard_port: int | None = None, chunk_tokens: int | None = None) -> dict:
     """The lifeboatcache config of one cell: ``source``'s stack (default: one file tier), made fresh."""
     data = read_lifeboat_file(source) if source is not None else _default_stack(capacity_gb)
     return cell_lifeboat_config(data, dram_gb, tier_dir, dashboard_port, chunk_tokens)

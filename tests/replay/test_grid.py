@@ -44,7 +44,9 @@ def test_configurations_differ_only_in_the_tier_below(tmp_path: Path) -> None:
     native_cuda = _transfer(server_spec("vllm-native-cpu", cuda, 1, tmp_path).args)["kv_connector_extra_config"]
     assert native_cuda["spec_name"] == "CPUOffloadingSpec" and "spec_module_path" not in native_cuda
     fs_cuda = _transfer(server_spec("vllm-fs", cuda, 1, tmp_path).args)["kv_connector_extra_config"]
-    assert fs_cuda["spec_name"] == "TieringOffloadingSpec" and native_cuda["block_size"] == fs_cuda["block_size"] == 256
+    assert fs_cuda["spec_name"] == "TieringOffloadingSpec"
+    assert "block_size" not in native_cuda and "block_size" not in fs_cuda  # one engine block, vLLM's default
+    assert ours["lifeboatcache"]["engine"]["native_block_tokens"] == "auto"  # one engine block too
     assert "--enforce-eager" not in server_spec("vllm", cuda, 1, tmp_path).args
 
 

@@ -423,10 +423,10 @@ def test_unwritable_directory_fails_only_when_asked(tmp_path: Path) -> None:
 
 def test_chunk_choice() -> None:
     config = stub_spec().config
-    assert chunk_blocks(config, "auto") == 8  # 256 tokens of 32-token blocks
+    assert chunk_blocks(config, "auto") == 1  # one engine block per chunk, vLLM's own default
     assert chunk_blocks(config, 512) == 16
     config.groups = (SimpleNamespace(tokens_per_block=48, layer_names=("l0",)),)
-    assert chunk_blocks(config, "auto") == 1  # 48 does not divide 256: one engine block
+    assert chunk_blocks(config, "auto") == 1
     with pytest.raises(ConfigError, match="multiple of the engine's block size"):
         chunk_blocks(config, 100)
 
@@ -541,8 +541,8 @@ def test_spec_defaults_chunk_cpu_tier_and_fingerprints_weights(tmp_path: Path) -
     spec = LifeboatOffloadingSpec(_offloading_config({"lifeboatcache": {"tiers": [
         {"backend": "file", "capacity_gb": 1, "path": str(tmp_path / "t")}], "engine": {"native_cpu_gb": 0.25}}},
         str(model)))
-    assert spec.blocks_per_chunk == 8 and spec.extra_config["cpu_bytes_to_use"] == 2**28
-    assert spec.lifeboat_namespace.block_tokens == 256 and spec.lifeboat_namespace.platform
+    assert spec.blocks_per_chunk == 1 and spec.extra_config["cpu_bytes_to_use"] == 2**28  # "auto": one block
+    assert spec.lifeboat_namespace.block_tokens == 32 and spec.lifeboat_namespace.platform
     given = {"cpu_bytes_to_use": 2**27, "blocks_per_chunk": 1}
     explicit = LifeboatOffloadingSpec(_offloading_config(given, str(model)))
     assert explicit.blocks_per_chunk == 1 and explicit.extra_config["cpu_bytes_to_use"] == 2**27

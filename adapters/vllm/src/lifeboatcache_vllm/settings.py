@@ -27,7 +27,6 @@ from lifeboatcache_core.errors import ConfigError
 ENV_ENABLE = "LIFEBOAT_CACHE"
 #: the key of ``kv_connector_extra_config`` holding the lifeboatcache config mapping
 EXTRA_KEY = "lifeboatcache"
-AUTO_CHUNK_TOKENS = 256
 GIB = 1024**3
 MAX_DEFAULT_CPU_BYTES = 16 * GIB
 

@@ -4,10 +4,13 @@ Selected by ``kv_connector_extra_config = {"spec_name": "LifeboatOffloadingSpec"
 "spec_module_path": "lifeboatcache_vllm.spec", ...}`` (the auto-enable plugin writes that).
 Over ``TieringOffloadingSpec`` it
 
-- chooses the offloaded chunk: ``engine.native_block_tokens`` = "auto" gives 256 tokens when
-  every KV group has one block size that divides 256 (fewer, larger files: vLLM's default of
-  one engine block per chunk means thousands of small files), else one engine block;
-  an explicit ``block_size``/``blocks_per_chunk`` in the extra config always wins;
+- chooses the offloaded chunk: ``engine.native_block_tokens`` = "auto" gives one engine block
+  per chunk, as vLLM does by default. A prompt is served from the offload tiers in whole
+  chunks only, so every request recomputes the part of its prefix past the last whole chunk:
+  on agent sessions (16 agents, 8 rounds of the kv-cache-tester traces, 32-token blocks)
+  256-token chunks made vLLM recompute 29.5k prompt tokens, 64-token ones 18.9k and one-block
+  ones 17.6k, for vLLM's fs tier and ours alike (bench/results, sixth round). An explicit
+  ``block_size``/``blocks_per_chunk`` in the extra config always wins;
 - sizes vLLM's CPU tier from ``engine.native_cpu_gb`` when ``cpu_bytes_to_use`` is not given
   (default: a quarter of RAM, at most 16 GiB);
 - computes the namespace fingerprint once (``lifeboat_namespace``) for ``LifeboatTier``;
@@ -35,7 +38,7 @@ from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 
 from lifeboatcache_vllm.fingerprint import namespace_for
 from lifeboatcache_vllm.region import WorkerRegion, drop_name, region_path, sweep_dead_regions
-from lifeboatcache_vllm.settings import AUTO_CHUNK_TOKENS, EXTRA_KEY, cpu_bytes, resolve_config
+from lifeboatcache_vllm.settings import EXTRA_KEY, cpu_bytes, resolve_config
 
 log = logging.getLogger("lifeboatcache.vllm")
 
@@ -49,13 +52,9 @@ def _engine_settings(extra: Any) -> EngineConfig:
 
 def chunk_blocks(config: OffloadingConfig, native_block_tokens: int | str) -> int:
     """Engine blocks per offloaded chunk for ``engine.native_block_tokens``."""
-    sizes = {g.tokens_per_block for g in config.groups}
     if native_block_tokens == "auto":
-        if len(sizes) == 1:
-            (size,) = sizes
-            if size and AUTO_CHUNK_TOKENS % size == 0:
-                return AUTO_CHUNK_TOKENS // size
         return 1
+    sizes = {g.tokens_per_block for g in config.groups}
     tokens = int(native_block_tokens)
     if len(sizes) != 1:
         raise ConfigError(f"engine.native_block_tokens = {tokens} needs one KV block size; this model has "
