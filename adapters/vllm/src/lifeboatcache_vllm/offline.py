@@ -18,7 +18,9 @@ timed step; ``session``: the requests name their session, ``kv_transfer_params
 {"lifeboat_session": name}``; ``cache``: steps on the engine's lifeboatcache run before the
 sleep, ``lifeboatcache_vllm.cache_steps``). Result: per step the generated token ids,
 ``num_cached_tokens`` and seconds per request (time to first token when ``max_tokens`` is 1),
-and what its cache steps did; ``lifeboat`` counters per tier.
+and what its cache steps did; ``lifeboat`` counters per tier; ``offload``: what vLLM's
+offloading connector chose for this model (``offload_geometry``: chunk size and, per KV group,
+its kind and the window it loads), None without a connector.
 """
 
 from __future__ import annotations
@@ -87,6 +89,32 @@ def lifeboat_counters() -> dict[str, dict[str, float]]:
     return out
 
 
+def offload_geometry(llm: Any) -> dict[str, Any] | None:
+    """vLLM's offloading geometry for this engine: blocks per chunk and, per KV group, its kind.
+
+    Read from the scheduler side of the in-process engine's OffloadingConnector (vLLM
+    0.32/0.33 attribute names), so that a test of a hybrid model can see what "auto" chose
+    and how the connector treats each group. Per group: ``spec`` (vLLM's KV cache spec class,
+    e.g. ``SlidingWindowSpec``), ``tokens_per_block``, ``tokens_per_chunk``, ``sliding_window``
+    (tokens, None for full attention) and ``window_chunks`` (the chunks a load of that group
+    needs, None: the whole prefix). None where that path does not exist (no connector, another
+    vLLM, a multiprocess engine).
+    """
+    try:
+        connector = llm.llm_engine.engine_core.engine_core.scheduler.connector
+        config = connector.connector_scheduler.config
+    except AttributeError:
+        return None
+    groups = []
+    for group in config.kv_group_configs:
+        spec = group.kv_cache_spec
+        groups.append({"group": int(group.group_idx), "spec": type(spec).__name__,
+                       "tokens_per_block": int(group.tokens_per_block), "tokens_per_chunk": int(group.tokens_per_chunk),
+                       "sliding_window": getattr(spec, "sliding_window", None),
+                       "window_chunks": group.sliding_window_size_in_chunks})
+    return {"blocks_per_chunk": int(config.blocks_per_chunk), "groups": groups}
+
+
 def run(plan: dict[str, Any]) -> dict[str, Any]:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -136,6 +164,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     for _ in range(2):
         llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3])], SamplingParams(max_tokens=1), use_tqdm=False)
     result["lifeboat"] = lifeboat_counters()
+    result["offload"] = offload_geometry(llm)
     llm.llm_engine.engine_core.shutdown()  # closes the tiers: queued writes finish first
     return result
 
