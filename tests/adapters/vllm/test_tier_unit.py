@@ -576,3 +576,27 @@ def test_defer_promotions_answers_a_chunk_here_one_scheduler_step_after_it_is_as
         # answered: a later ask is deferred again (the chunk went up; vLLM asks us only if it left)
         assert tier.lookup(KEYS[0], ctx) is (LookupResult.RETRY if defer else LookupResult.HIT)
         tier.shutdown()
+
+
+def test_hints_and_hit_tokens_follow_each_kv_groups_own_chunk_span(tmp_path: Path) -> None:
+    """A hybrid model's groups may have different block sizes (Gemma-4: 64 and 32 tokens): a chunk of the
+    smaller group spans fewer tokens, so its depth, parent and hit tokens are counted in its own span."""
+    spec = stub_spec()
+    spec.config.groups = (SimpleNamespace(tokens_per_block=64, layer_names=("l0",)),
+                          SimpleNamespace(tokens_per_block=32, layer_names=("l1",)))
+    region = np.zeros((CHUNKS, SLOT), np.uint8)
+    tier = LifeboatTier(spec, memoryview(region), "LifeboatTier", config=file_config(tmp_path / "t"))
+    small = [bytes([n]) * 28 + (1).to_bytes(4, "big") for n in range(1, 5)]  # group 1: 32-token blocks
+    large = [bytes([n]) * 28 + (0).to_bytes(4, "big") for n in range(1, 3)]  # group 0: 64-token blocks
+    span_small, span_large = 32 * BLOCKS_PER_CHUNK, 64 * BLOCKS_PER_CHUNK
+    ctx = ReqContext(req_id="h")
+    for i, key in enumerate(small):
+        ctx.set_offload_key_position(key, (i + 1) * span_small)
+    for i, key in enumerate(large):
+        ctx.set_offload_key_position(key, (i + 1) * span_large)
+    hints = tier._hints([*small, *large], ctx)
+    assert [h.depth for h in hints] == [0, 1, 2, 3, 0, 1]  # type: ignore[union-attr]
+    assert hints[1].parent == tier._key(small[0]) and hints[5].parent == tier._key(large[0])  # type: ignore[union-attr]
+    assert len({h.tag for h in hints[:4]}) == 1  # type: ignore[union-attr]
+    assert tier._tokens_of(small[0]) == span_small and tier._tokens_of(large[0]) == span_large
+    tier.shutdown()

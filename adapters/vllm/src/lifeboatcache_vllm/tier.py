@@ -214,9 +214,12 @@ class LifeboatTier(SecondaryTierManager):
             offloading_spec.config, offloading_spec.blocks_per_chunk, "unknown",
             getattr(offloading_spec, "replicated_layout", False))
         self._payload_bytes = self._chunk_payload_bytes(offloading_spec)
-        # tokens behind one looked-up key, for the cache's token hit-rate metrics
-        self._chunk_tokens = max(g.tokens_per_block for g in offloading_spec.config.groups) * int(
-            offloading_spec.blocks_per_chunk)
+        # tokens behind one key of each KV group (vLLM's key ends in its group index): groups of a
+        # hybrid model may have different block sizes, so their chunks cover different spans
+        bpc = int(offloading_spec.blocks_per_chunk)
+        self._group_chunk_tokens = {i.to_bytes(4, "big"): g.tokens_per_block * bpc
+                                    for i, g in enumerate(offloading_spec.config.groups)}
+        self._chunk_tokens = max(self._group_chunk_tokens.values())
         self._layout = self._chunk_layout(offloading_spec, self.namespace)
         self._exclusive = settings.engine.exclusive_when_full
         self._defer_promotions = settings.engine.defer_promotions
@@ -271,7 +274,7 @@ class LifeboatTier(SecondaryTierManager):
             if known and self._defer_promotions and self._asked.setdefault(key, self._step) == self._step:
                 return LookupResult.RETRY  # HIT from the next step on (see engine.defer_promotions)
             self._asked.pop(key, None)
-            return self._answer(cache, known)
+            return self._answer(cache, key, known)
         # Only storage can tell (a restarted tier still indexing, a shared tier another node
         # writes): the existence check runs off the scheduler thread and vLLM asks again.
         future = self._lookups.get(key)
@@ -283,7 +286,7 @@ class LifeboatTier(SecondaryTierManager):
         if not future.done():
             return LookupResult.RETRY
         del self._lookups[key]
-        return self._answer(cache, future.result())
+        return self._answer(cache, key, future.result())
 
     def on_schedule_end(self, context: Any) -> None:
         """A scheduler step ended: chunks first asked for in it are answered from now on."""
@@ -292,9 +295,14 @@ class LifeboatTier(SecondaryTierManager):
             for key in list(self._asked)[: len(self._asked) // 2]:
                 del self._asked[key]
 
-    def _answer(self, cache: TieredCache, hit: bool) -> LookupResult:
+    def _tokens_of(self, key: OffloadKey) -> int:
+        """Tokens one chunk of ``key``'s KV group spans."""
+        return self._group_chunk_tokens.get(bytes(key)[-4:], self._chunk_tokens)
+
+    def _answer(self, cache: TieredCache, key: OffloadKey, hit: bool) -> LookupResult:
         """A final answer for one chunk, counted in the token hit-rate metrics."""
-        cache.record_lookup(self._chunk_tokens, self._chunk_tokens if hit else 0)
+        tokens = self._tokens_of(key)
+        cache.record_lookup(tokens, tokens if hit else 0)
         return LookupResult.HIT if hit else LookupResult.MISS
 
     # ------------------------------------------------------------------ transfers
@@ -443,7 +451,6 @@ class LifeboatTier(SecondaryTierManager):
         positions = key_positions(req_context)
         if not positions:
             return [None if named is None else BlockHint(tag=named) for _ in keys]
-        tokens = self._chunk_tokens
         at = {(bytes(k)[-4:], p): k for k, p in positions.items()}  # (group, end token) -> key
         hints: list[BlockHint | None] = []
         for key in keys:
@@ -451,7 +458,7 @@ class LifeboatTier(SecondaryTierManager):
             if end is None:
                 hints.append(None)
                 continue
-            group = bytes(key)[-4:]
+            group, tokens = bytes(key)[-4:], self._tokens_of(key)  # each group's own chunk span
             root, parent = at.get((group, tokens)), at.get((group, end - tokens))
             hints.append(BlockHint(tag=named or (None if root is None else bytes(root)[:16].hex()),
                                    parent=None if parent is None else self._key(parent),
