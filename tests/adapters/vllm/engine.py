@@ -24,7 +24,7 @@ ENGINE = {"dtype": "float32", "max_model_len": 1024, "block_size": 32, "num_gpu_
 PROMPT_TOKENS = 600
 FOLLOW_UP_TOKENS = 64
 ANSWER_TOKENS = 8
-CHUNK_TOKENS = 256  # engine.native_block_tokens = "auto"
+CHUNK_TOKENS = 256  # the offline runner's chunk (its plan's "chunk_tokens" default), not "auto"
 
 
 def run_engine(plan: dict[str, Any], log: Path, timeout: float = 900.0,

@@ -12,7 +12,15 @@ from lifeboatcache_vllm.autoenable import SPEC_MODULE, SPEC_NAME
 from lifeboatcache_vllm.launch import GIB, VllmServer, free_port
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.adapters.vllm.engine import ANSWER_TOKENS, first_turns, full_chunk_tokens, serve_options, write_serve_config
+from tests.adapters.vllm.engine import (
+    ANSWER_TOKENS,
+    ENGINE,
+    PROMPT_TOKENS,
+    first_turns,
+    full_chunk_tokens,
+    serve_options,
+    write_serve_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +83,9 @@ def test_lifeboat_cache_env_enables_tier_in_vllm_serve(tmp_path: Path, monkeypat
         log = server.log()
     assert "lifeboatcache: enabled below vLLM's CPU tier" in log
     chunk_bytes = int(re.search(r"lifeboatcache tier ready: .* (\d+)-byte chunks", log)[1])  # type: ignore[index]
-    assert int(CPU_GB * GIB) // chunk_bytes < SESSIONS * 2, "vLLM's CPU tier would hold every session"
+    # "auto" moves one engine block per chunk: the CPU tier must hold less than the other sessions store
+    chunks_per_session = PROMPT_TOKENS // int(ENGINE["block_size"])
+    assert int(CPU_GB * GIB) // chunk_bytes < (SESSIONS - 1) * chunks_per_session, "vLLM's CPU tier holds every session"
     assert computed["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, computed["usage"]
     cached = returned["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached >= full_chunk_tokens(prompt), returned["usage"]
