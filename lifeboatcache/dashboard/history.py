@@ -70,6 +70,9 @@ class History:
             "lookup_hit_blocks": sample["cache"]["lookup_hit_blocks"],
             "bytes_served": sample["cache"]["bytes_served"],
             "hit_rate_blocks": ratios["hit_rate_blocks"],
+            "staged_bytes": ratios["staging"]["staged_bytes"],
+            "staged_used_bytes": ratios["staging"]["used_bytes"],
+            "staged_wasted_bytes": ratios["staging"]["wasted_bytes"],
             "tiers": {name: {"bytes_used": t["bytes_used"], "capacity_bytes": t["capacity_bytes"]}
                       for name, t in sample["tiers"].items()},
         }

@@ -90,6 +90,7 @@ def stats_payload(sample: Sample, processes: int, cache: TieredCache, events: li
         "hit_rate_tokens": ratios["hit_rate_tokens"],
         "get_p50_s": latency_quantile(jobs.get("get", {}), 0.5),
         "get_p99_s": latency_quantile(jobs.get("get", {}), 0.99),
+        "staging": ratios["staging"],
         "tiers": tiers,
         "events": events,
     }

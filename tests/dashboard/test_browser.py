@@ -6,18 +6,21 @@ that the page stays usable at that rate.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from lifeboatcache_core.abc import BlockHint
 from lifeboatcache_core.cache import TieredCache
+from lifeboatcache_core.config import GB, load_config_dict
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from lifeboatcache.dashboard import DashboardHandle, start_dashboard
 from lifeboatcache.dashboard.metrics_node import ENV_SPOOL
 
-from .helpers import TOKEN, open_cache, traffic
+from .helpers import BLOCK, TOKEN, keys, open_cache, traffic
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 expect.set_options(timeout=20_000)  # CI shares two cores; the page itself updates every 100 ms
@@ -141,3 +144,34 @@ def test_add_and_remove_a_tier_from_the_page(page: Page, served: tuple[TieredCac
     page.click("#apply")
     expect(page.locator("#config-result")).to_contain_text("tier ram2 removed")
     assert [t.name for t in cache.all_tiers] == ["nvme"]
+
+
+def test_staging_row_and_chart(page: Page, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The overview's staging row follows the counters: staged, used, wasted, held; the chart draws."""
+    monkeypatch.setenv(ENV_SPOOL, str(tmp_path / "spool"))
+    data = {"tiers": [{"name": "dram", "backend": "dram", "capacity_gb": 64 * BLOCK / GB, "stage": True},
+                      {"name": "nvme", "backend": "file", "capacity_gb": 1, "path": str(tmp_path / "tier")}],
+            "fallback_local": {"path": str(tmp_path / "fallback"), "capacity_gb": 1}, "dashboard": {"token": TOKEN}}
+    with TieredCache(load_config_dict(data), background_index=False) as cache:
+        handle = start_dashboard(cache, port=0)
+        try:
+            assert handle.wait_serving(15), handle.failed
+            page.goto(f"{handle.url}?interval=100")
+            expect(page.locator("#staged-bytes")).to_have_text("0 B")
+            ks = keys(4)
+            cache.put(ks, [os.urandom(BLOCK) for _ in ks], hints=[BlockHint(tag="s1", depth=i) for i in range(4)])
+            cache.all_tiers[0].discard(ks)
+            assert cache.stage("s1", 0) == 4 and cache.stager.wait_idle(30)
+            expect(page.locator("#staged-bytes")).to_have_text("16.0 KiB")
+            expect(page.locator("#staged-held")).to_have_text("16.0 KiB")
+            assert cache.get(ks[:1], [bytearray(BLOCK)]) == [True]
+            cache.release("s1")
+            assert cache.stager.wait_idle(30)
+            expect(page.locator("#staged-used")).to_have_text("4.0 KiB (25.0 %)")
+            expect(page.locator("#staged-wasted")).to_have_text("12.0 KiB (75.0 %)")
+            expect(page.locator("#staged-held")).to_have_text("0 B")
+            expect(page.locator("#staged-late")).to_have_text("0")
+            assert page.locator("#chart-staging path.staged").get_attribute("d")
+            assert page.locator("#chart-staging path.wasted").get_attribute("d")
+        finally:
+            handle.stop()

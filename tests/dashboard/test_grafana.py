@@ -25,5 +25,7 @@ def test_every_queried_metric_is_exported(tmp_path: Path) -> None:
     assert queried and queried <= exported, sorted(queried - exported)
     for family in ("hit_blocks", "bytes_served", "occupancy_ratio", "compression_ratio", "tier_up", "tier_info",
                    "index_loading", "evictions", "corrupt_blocks", "errors", "io_latency_seconds_bucket",
-                   "job_latency_seconds_bucket", "lookup_tokens", "capacity_bytes", "bytes_used"):
+                   "job_latency_seconds_bucket", "lookup_tokens", "capacity_bytes", "bytes_used",
+                   "staged_bytes_total", "staged_used_bytes_total", "staged_wasted_bytes_total",
+                   "staged_late_arrivals_total"):
         assert any(family in name for name in queried), family

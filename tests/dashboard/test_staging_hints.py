@@ -11,8 +11,10 @@ import pytest
 from lifeboatcache_core.abc import BlockHint
 from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.config import GB, load_config_dict
+from lifeboatcache_core.metrics import cache_sample
 from starlette.testclient import TestClient
 
+from lifeboatcache.dashboard.history import History
 from lifeboatcache.dashboard.server import create_app
 
 from .helpers import BLOCK, TOKEN, keys
@@ -69,3 +71,31 @@ def test_a_stage_hint_stages_and_a_release_takes_back(client: TestClient, cache:
     reply = client.post("/api/release", json={"session": "s1"}, headers=AUTH)
     assert reply.status_code == 200 and reply.json()["wasted_bytes"] == 4 * BLOCK
     assert client.get("/api/stats").json()["cache"]["staged_wasted_bytes"] == 4 * BLOCK
+
+
+def test_stats_and_history_say_where_staged_bytes_went(client: TestClient, cache: TieredCache) -> None:
+    """/api/stats and the history carry staged, used, wasted, held and late, and they add up."""
+    assert client.get("/api/stats").json()["staging"] == {
+        "staged_bytes": 0, "used_bytes": 0, "wasted_bytes": 0, "held_bytes": 0, "late_arrivals": 0,
+        "used_share": None, "wasted_share": None}
+    ks = keys(4)
+    cache.put(ks, [os.urandom(BLOCK) for _ in ks], hints=[BlockHint(tag="s1", depth=i) for i in range(4)])
+    cache.all_tiers[0].discard(ks)
+    assert cache.stage("s1", 0) == 4 and cache.stager.wait_idle(30)
+
+    held = client.get("/api/stats").json()["staging"]
+    assert (held["staged_bytes"], held["used_bytes"], held["held_bytes"]) == (4 * BLOCK, 0, 4 * BLOCK)
+
+    assert cache.get(ks[:1], [bytearray(BLOCK)]) == [True]  # the session is back and reads one staged copy
+    cache.release("s1")  # done: the three it did not read are taken back
+    assert cache.stager.wait_idle(30)
+    done = client.get("/api/stats").json()["staging"]
+    assert done == {"staged_bytes": 4 * BLOCK, "used_bytes": BLOCK, "wasted_bytes": 3 * BLOCK, "held_bytes": 0,
+                    "late_arrivals": 0, "used_share": 0.25, "wasted_share": 0.75}
+
+    history = History(lambda: cache_sample(cache))
+    history.observe(cache_sample(cache))
+    point = history.points[-1]
+    assert (point["staged_bytes"], point["staged_used_bytes"], point["staged_wasted_bytes"]) == (
+        4 * BLOCK, BLOCK, 3 * BLOCK)
+

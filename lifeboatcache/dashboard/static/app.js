@@ -26,12 +26,13 @@ function fmtSeconds(s) {
 }
 
 // ---------------------------------------------------------------- overview
-const points = [];  // {t, lookups, hits, served}
+const points = [];  // {t, lookups, hits, served, staged, used, wasted}
 let latest = null;
 let frameQueued = false;
 
 function addPoint(t, cache) {
-  points.push({ t, lookups: cache.lookup_blocks, hits: cache.lookup_hit_blocks, served: cache.bytes_served });
+  points.push({ t, lookups: cache.lookup_blocks, hits: cache.lookup_hit_blocks, served: cache.bytes_served,
+                staged: cache.staged_bytes, used: cache.staged_used_bytes, wasted: cache.staged_wasted_bytes });
   if (points.length > KEEP) points.splice(0, points.length - KEEP);
 }
 
@@ -49,7 +50,7 @@ function windowAt(i) {
   };
 }
 
-function drawLine(svg, values, max) {
+function drawLine(svg, values, max, which = "path") {
   const w = 600, h = 120;
   const n = values.length;
   let d = "";
@@ -59,7 +60,7 @@ function drawLine(svg, values, max) {
     const y = h - 4 - (max > 0 ? (v / max) * (h - 8) : 0);
     d += (d ? "L" : "M") + x.toFixed(1) + "," + y.toFixed(1);
   });
-  svg.querySelector("path").setAttribute("d", d);
+  svg.querySelector(which).setAttribute("d", d);
 }
 
 function tierRow(t) {
@@ -76,6 +77,22 @@ function tierRow(t) {
     <td>${fmtNum(t.evictions)}</td><td>${fmtNum(t.corrupt_blocks)}</td><td>${fmtNum(t.errors)}</td>`;
   tr.dataset.tier = t.name;
   return tr;
+}
+
+function renderStaging(st) {
+  // what staging moved up, and where each staged byte ended: used, wasted, or still held for its session
+  const share = (part) => (st.staged_bytes ? " (" + fmtPct(part / st.staged_bytes) + ")" : "");
+  $("#staged-bytes").textContent = fmtBytes(st.staged_bytes);
+  $("#staged-used").textContent = fmtBytes(st.used_bytes) + share(st.used_bytes);
+  $("#staged-wasted").textContent = fmtBytes(st.wasted_bytes) + share(st.wasted_bytes);
+  $("#staged-held").textContent = fmtBytes(st.held_bytes);
+  $("#staged-late").textContent = fmtNum(st.late_arrivals);
+  const svg = $("#chart-staging");
+  const max = Math.max(0, ...points.map((p) => p.staged || 0));
+  drawLine(svg, points.map((p) => p.staged ?? null), max, "path.staged");
+  drawLine(svg, points.map((p) => p.used ?? null), max, "path.used");
+  drawLine(svg, points.map((p) => p.wasted ?? null), max, "path.wasted");
+  $("#chart-staging-max").textContent = "max " + fmtBytes(max);
 }
 
 function escapeHtml(s) {
@@ -102,6 +119,7 @@ function render() {
   const maxServed = Math.max(0, ...served.filter((v) => v != null));
   drawLine($("#chart-served"), served, maxServed);
   $("#chart-served-max").textContent = "max " + fmtBytes(maxServed) + "/s";
+  renderStaging(s.staging);
   const body = $("#tiers tbody");
   body.replaceChildren(...s.tiers.map(tierRow));
   const events = $("#events");
@@ -132,7 +150,8 @@ async function seedHistory() {
     const r = await fetch("/api/history", { cache: "no-store" });
     const h = await r.json();
     for (const p of h.points) {
-      points.push({ t: p.t, lookups: p.lookup_blocks, hits: p.lookup_hit_blocks, served: p.bytes_served });
+      points.push({ t: p.t, lookups: p.lookup_blocks, hits: p.lookup_hit_blocks, served: p.bytes_served,
+                    staged: p.staged_bytes, used: p.staged_used_bytes, wasted: p.staged_wasted_bytes });
     }
   } catch (err) { /* charts start empty */ }
 }

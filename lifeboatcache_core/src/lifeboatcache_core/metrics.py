@@ -28,8 +28,8 @@ from lifeboatcache_core.stats import LATENCY_BUCKETS, OPS, CacheSample, TierSamp
 
 __all__ = [
     "CACHE_COUNTERS", "COUNTERS", "LATENCY_BUCKETS", "OPS", "RECOVERY_GAUGES", "TIER_GAUGES", "Sample", "Sampled",
-    "as_sample", "cache_sample", "derived", "families", "merge_samples", "process_samples", "track", "tracked",
-    "untrack",
+    "as_sample", "cache_sample", "derived", "families", "merge_samples", "process_samples", "staging_summary", "track",
+    "tracked", "untrack",
 ]
 
 
@@ -193,12 +193,34 @@ def merge_samples(samples: Iterable[Sample]) -> Sample:
     return {"tiers": tiers, "cache": cache, "job_latency": job_latency}
 
 
+def staging_summary(cache: dict[str, int]) -> dict[str, Any]:
+    """What predictive staging did, from a sample's cache counters (shares None before anything was staged).
+
+    Every staged copy ends in exactly one of three states: used (the engine asked for it),
+    wasted (taken back unused), or still held for its session; so ``held_bytes`` is what is
+    staged now and waiting, and ``used_share + wasted_share`` is below 1 by the held share.
+    """
+    staged = cache.get("staged_bytes", 0)
+    used = cache.get("staged_used_bytes", 0)
+    wasted = cache.get("staged_wasted_bytes", 0)
+    return {
+        "staged_bytes": staged,
+        "used_bytes": used,
+        "wasted_bytes": wasted,
+        "held_bytes": max(0, staged - used - wasted),
+        "late_arrivals": cache.get("staged_late_arrivals", 0),
+        "used_share": used / staged if staged else None,
+        "wasted_share": wasted / staged if staged else None,
+    }
+
+
 def derived(sample: Sample) -> dict[str, Any]:
-    """Ratios computed from a merged sample: hit rates, compression, occupancy (0 when undefined)."""
+    """Ratios computed from a merged sample: hit rates, compression, occupancy (0 when undefined), staging."""
     c = sample["cache"]
     return {
         "hit_rate_blocks": c["lookup_hit_blocks"] / c["lookup_blocks"] if c["lookup_blocks"] else 0.0,
         "hit_rate_tokens": c["lookup_hit_tokens"] / c["lookup_tokens"] if c["lookup_tokens"] else 0.0,
+        "staging": staging_summary(c),
         "tiers": {
             name: {
                 "compression_ratio": t["raw_bytes_written"] / t["bytes_written"] if t["bytes_written"] else 0.0,
