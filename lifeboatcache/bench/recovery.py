@@ -9,7 +9,6 @@ manifest against the files finished).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -24,13 +23,14 @@ from lifeboatcache_core.config import default_cache_dir, load_config_dict
 from lifeboatcache_core.keys import BlockKey
 from rich.progress import Progress
 
+from lifeboatcache.bench import engine_like_key
+
 NAMESPACE = "recoverybench"
 BATCH = 8192
 
 
 def bench_key(i: int) -> BlockKey:
-    """Engine block hashes are uniformly spread (sha256), so the shard folders fill evenly."""
-    return BlockKey(NAMESPACE, hashlib.sha256(i.to_bytes(8, "big")).digest())
+    return engine_like_key(NAMESPACE, i)
 
 
 def _config(tier_dir: Path, blocks: int, block_bytes: int) -> dict[str, object]:

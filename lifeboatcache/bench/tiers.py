@@ -31,9 +31,10 @@ import typer
 from lifeboatcache_core.abc import KVLayout
 from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.config import default_cache_dir, load_config_dict
-from lifeboatcache_core.keys import BlockKey
 from rich.console import Console
 from rich.table import Table
+
+from lifeboatcache.bench import engine_like_key
 
 MiB = 1024 * 1024
 GB = 1e9
@@ -143,7 +144,7 @@ def run_bench(path: Path, block_bytes: int, total_bytes: int, threads: int, back
     })
     cache = TieredCache(config, background_index=False)
     try:
-        keys = [BlockKey("bench", i.to_bytes(8, "big") * 4) for i in range(blocks)]
+        keys = [engine_like_key("bench", i) for i in range(blocks)]  # spread as real keys are
         sides = {"raw_write": Phase(), "tier_write": Phase(), "raw_read": Phase(), "tier_read": Phase()}
         batches = [list(range(s, min(s + threads, blocks))) for s in range(0, blocks, threads)]
         for n, ids in enumerate(batches):

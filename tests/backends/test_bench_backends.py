@@ -50,3 +50,13 @@ def test_bad_option_says_how_to_write_it(tmp_path: Path) -> None:
 @pytest.fixture(autouse=True)
 def _wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")  # typer's error box must not wrap the message
+
+
+def test_file_tier_blocks_spread_over_shard_folders_as_engine_keys_do(tmp_path: Path) -> None:
+    """Engines' block keys are uniform hashes; sequential ones would put every block in one
+    folder and charge the tier side a directory-lock cost no engine causes."""
+    from lifeboatcache.bench.tiers import run_bench
+
+    run_bench(tmp_path, 256 * 1024, 16 * 256 * 1024, 2)
+    shards = [d for d in (tmp_path / "tier" / "bench").iterdir() if d.is_dir()]
+    assert len(shards) >= 8, sorted(d.name for d in shards)
