@@ -197,6 +197,49 @@ def test_staging_spares_a_session_expected_back_sooner(stack: Callable[..., Tier
     assert not any(in_tier(cache, "dram", a))
 
 
+def branch(cache: TieredCache, tag: str, head: list[BlockKey], n: int, start: int) -> list[BlockKey]:
+    """A later prompt of ``tag`` that shares ``head`` and then goes its own way: ``n`` new blocks after it."""
+    ks, data = keys(n, start=start), blobs(n, BLOCK)
+    chain = head + ks
+    for i, key in enumerate(ks):
+        depth = len(head) + i
+        hint = BlockHint(tag=tag, parent=chain[depth - 1] if depth else None, depth=depth)
+        assert cache.put([key], [data[i]], hints=[hint]) == [True]
+    return ks
+
+
+def test_a_plan_stages_the_latest_prompt_not_a_branch_it_left(stack: Callable[..., TieredCache]) -> None:
+    """A returning turn extends the session's latest prompt: blocks of an earlier prompt that
+    branched off it are not staged (they would be waste), a shared head is."""
+    cache = stack()
+    first, _ = session(cache, "a", 4, start=0)
+    latest = branch(cache, "a", first[:2], 2, start=50)  # turn 2 kept 2 blocks of turn 1, then diverged
+    cache.all_tiers[0].discard(first + latest)
+
+    assert cache.stage("a", 0.0) == 4
+    assert cache.stager.wait_idle(TIMEOUT)
+
+    assert all(in_tier(cache, "dram", first[:2] + latest)), "the latest prompt is in the top tier"
+    assert not any(in_tier(cache, "dram", first[2:])), "the branch the session left was staged"
+    assert counters(cache)["staged_bytes"] == 4 * BLOCK
+
+
+def test_staging_may_evict_the_sessions_own_branch_it_left(stack: Callable[..., TieredCache]) -> None:
+    """Blocks of a branch the session left are not expected back: its own staging may take their room
+    (they stay in the file tier), where blocks its return will read are never evicted for it."""
+    cache = stack(dram_blocks=4)  # write-through: every block is in the file tier too
+    first, _ = session(cache, "a", 4, start=0)
+    latest = branch(cache, "a", first[:2], 2, start=50)  # DRAM evicts first[:2] for them
+    cache.all_tiers[0].discard(latest)
+    assert in_tier(cache, "dram", first) == [False, False, True, True]
+
+    assert cache.stage("a", 0.0) == 4
+    assert cache.stager.wait_idle(TIMEOUT)
+
+    assert all(in_tier(cache, "dram", first[:2] + latest)), "the session's own left branch kept its room"
+    assert all(in_tier(cache, "nvme", first[2:]))
+
+
 @pytest.fixture
 def slow_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[set[BlockKey], threading.Event, threading.Event]]:
     """File-tier reads of the keys in ``slow`` block until ``go`` is set; ``entered`` says one is waiting."""
