@@ -52,6 +52,8 @@ def test_a_short_run_reports_staging_off_and_on(tmp_path: Path) -> None:
         assert run["turns"] == 24 and run["loads"] > 0
         assert 0.0 <= run["top_share"] <= 1.0
         assert run["load_p50_s"] <= run["load_p99_s"]
+        if run["dram_loads"]:  # both ratios of the p99 to an all-DRAM load, the and like for like
+            assert run["load_p99_vs_dram_p99"] == round(run["load_p99_s"] / run["dram_load_p99_s"], 2)
         assert run["tiers"]["s3"]["blocks"] > 0, "every chunk went down to S3 (write-through)"
 
 
