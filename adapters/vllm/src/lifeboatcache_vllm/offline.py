@@ -18,7 +18,9 @@ timed step; ``session``: the requests name their session, ``kv_transfer_params
 {"lifeboat_session": name}``; ``cache``: steps on the engine's lifeboatcache run before the
 sleep, ``lifeboatcache_vllm.cache_steps``). Result: per step the generated token ids,
 ``num_cached_tokens`` and seconds per request (time to first token when ``max_tokens`` is 1),
-and what its cache steps did; ``lifeboat`` counters per tier; ``offload``: what vLLM's
+and what its cache steps did; ``lifeboat`` counters per tier; ``lifeboat_codecs``: per tier the
+codec, the layout of the last block it encoded and the compression ratio, as our ``/metrics``
+show them; ``offload``: what vLLM's
 offloading connector chose for this model (``offload_geometry``: chunk size and, per KV group,
 its kind and the window it loads), None without a connector.
 """
@@ -86,6 +88,29 @@ def lifeboat_counters() -> dict[str, dict[str, float]]:
             if tier is not None and sample.name.endswith("_total"):
                 name = sample.name.removeprefix("lifeboatcache_").removesuffix("_total")
                 out.setdefault(tier, {})[name] = out.get(tier, {}).get(name, 0) + sample.value
+    return out
+
+
+def lifeboat_codec_info() -> dict[str, dict[str, Any]]:
+    """Per tier what lifeboatcache's ``/metrics`` say of its codec in this process.
+
+    ``codec`` and ``layout`` from ``lifeboatcache_tier_codec_info`` (the layout of the last
+    block the tier encoded, as the engine handed it), ``compression_ratio`` (raw / stored
+    bytes) from ``lifeboatcache_compression_ratio``: read from the same registry a scrape
+    reads, so a test sees on the real engine what an operator sees on the dashboard.
+    """
+    from prometheus_client import REGISTRY
+
+    out: dict[str, dict[str, Any]] = {}
+    for family in REGISTRY.collect():
+        for sample in family.samples:
+            tier = sample.labels.get("tier")
+            if tier is None:
+                continue
+            if sample.name == "lifeboatcache_tier_codec_info":
+                out.setdefault(tier, {}).update(codec=sample.labels["codec"], layout=sample.labels["layout"])
+            elif sample.name == "lifeboatcache_compression_ratio":
+                out.setdefault(tier, {})["compression_ratio"] = sample.value
     return out
 
 
@@ -164,6 +189,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     for _ in range(2):
         llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3])], SamplingParams(max_tokens=1), use_tqdm=False)
     result["lifeboat"] = lifeboat_counters()
+    result["lifeboat_codecs"] = lifeboat_codec_info()
     result["offload"] = offload_geometry(llm)
     llm.llm_engine.engine_core.shutdown()  # closes the tiers: queued writes finish first
     return result
