@@ -240,6 +240,25 @@ def test_staging_may_evict_the_sessions_own_branch_it_left(stack: Callable[..., 
     assert all(in_tier(cache, "nvme", first[2:]))
 
 
+def test_a_block_refused_for_room_is_staged_once_the_sooner_session_is_back(
+        stack: Callable[..., TieredCache]) -> None:
+    """Room a session expected back sooner holds is refused to a later one, until that session
+    arrives: then the later session's blocks are staged (before, they were dropped from its plan)."""
+    cache = stack(dram_blocks=6)  # write-through: every block is in the file tier too
+    a, _ = session(cache, "a", 6, start=0)
+    b, _ = session(cache, "b", 6, start=100)  # DRAM holds b; a is in the file tier only
+    cache.stager.lead_s = 120.0  # a, back in a minute, is due for staging now
+    cache.stage("b", 5.0)
+    cache.stage("a", 60.0)
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", b)) and not any(in_tier(cache, "dram", a)), "b's room was protected"
+
+    assert all(cache.get(b, [bytearray(BLOCK) for _ in b]))  # b is back: its plan ends
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", a)), "a's refused blocks were not staged once b had arrived"
+    assert all(in_tier(cache, "nvme", b)), "b's blocks it gave up are still in the file tier"
+
+
 @pytest.fixture
 def slow_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[set[BlockKey], threading.Event, threading.Event]]:
     """File-tier reads of the keys in ``slow`` block until ``go`` is set; ``entered`` says one is waiting."""

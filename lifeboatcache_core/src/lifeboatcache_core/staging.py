@@ -49,6 +49,10 @@ from lifeboatcache_core.threads import name_os_thread
 
 log = logging.getLogger("lifeboatcache")
 
+#: timed retries of a block a tier had no room for, before only a change of room retries it
+#: (poll_s, then twice, then four times that: a mechanism's bound, not a tuned number)
+RETRIES = 3
+
 #: counters the stager adds to the cache's telemetry (``metrics.CacheStats``)
 COUNTERS = ("staged_bytes", "staged_used_bytes", "staged_wasted_bytes", "staged_late_arrivals")
 
@@ -117,6 +121,15 @@ class _Plan:
     inflight: int = 0
     #: ``order`` as a set: which blocks this return is expected to read
     wanted: frozenset[BlockKey] = frozenset()
+    #: blocks a target tier had no room for (every victim was protected), head first: tried again
+    #: once room may have been made (``Stager._room`` moved past ``refused_at``)
+    refused: list[BlockKey] = field(default_factory=list)
+    refused_at: int = -1
+    #: a refusal can also be brief (the engine reading the victim, another store's reservation):
+    #: the refused are tried again at ``retry_at`` (``time.monotonic``; inf: none due), in at most
+    #: ``retries`` more rounds, each wait twice the last; a change of room resets it
+    retry_at: float = float("inf")
+    retries: int = 0
 
     def __post_init__(self) -> None:
         self.wanted = frozenset(self.order)
@@ -178,6 +191,9 @@ class Stager:
         self._block_s: dict[str, float] = {}
         self._budget = 0.0
         self._budget_at = time.monotonic()
+        #: moves on whenever protected room may have become free (a plan ended, a copy was taken
+        #: back): a plan's refused blocks are tried again then, not in a loop of futile reads
+        self._room = 0
         self._estimated_at = float("-inf")
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -262,6 +278,7 @@ class Stager:
                     behind.add(tag)
             for tag in arrived:
                 del self._plans[tag]
+                self._room += 1
                 session = self._sessions.get(tag)
                 if session is not None:
                     session.hinted, session.released, session.arrived_at = False, False, now
@@ -269,6 +286,8 @@ class Stager:
                     late += 1
         if used or late:
             self._count(staged_used_bytes=used, staged_late_arrivals=late)
+        if arrived:
+            self._wake.set()  # their plans ended: room a later session was refused may be free
 
     # ------------------------------------------------------------------ hints
 
@@ -312,7 +331,8 @@ class Stager:
             known = self._sessions.get(session)
             if known is not None:
                 known.hinted, known.released = False, True
-            self._plans.pop(session, None)
+            if self._plans.pop(session, None) is not None:
+                self._room += 1
             records = {k: r for k, r in self._staged.items() if r.session == session and not r.taking_back}
             for record in records.values():
                 record.taking_back = True
@@ -379,13 +399,13 @@ class Stager:
                 item = self._next_block(tiers, now)
                 if item is None:
                     break
-                tag, key, block, source, targets, plan = item
+                tag, key, block, source, targets, plan, retry = item
                 if self._reading.get(source.name, 0) >= max(1, int(source.cfg.io_threads * self.thread_share)):
-                    plan.cursor -= 1  # its tier's staging threads are busy: a finished block wakes us
+                    _put_back(plan, key, retry)  # its tier's staging threads are busy: a finished block wakes us
                     break
                 short = self._spend(block.nbytes)
                 if short > 0:
-                    plan.cursor -= 1  # not now: the rate limit; look at this block again
+                    _put_back(plan, key, retry)  # not now: the rate limit; look at this block again
                     due = True
                     wait = min(wait, short)
                     break
@@ -395,6 +415,11 @@ class Stager:
                 self._queued.add(key)
             self._submit(tag, key, block, source, targets, plan)
         with self._lock:
+            mono = time.monotonic()
+            for plan in self._plans.values():  # a timed retry still to come: not idle yet
+                if plan.refused and plan.retry_at < float("inf"):
+                    due = True
+                    wait = min(wait, max(0.0, plan.retry_at - mono))
             return self._inflight == 0 and not due, wait
 
     def _spend(self, nbytes: int) -> float:
@@ -419,6 +444,17 @@ class Stager:
             block_s = max(self._block_s.values(), default=0.0)  # the slowest source seen, per block
             if now < plan.eta - max(self.lead_s, 2.0 * need / self.rate_bytes_s, 2.0 * len(pending) * block_s):
                 continue
+            if plan.refused and (plan.refused_at != self._room or time.monotonic() >= plan.retry_at):
+                if plan.refused_at == self._room and plan.retry_at < float("inf"):  # a timed round begins
+                    plan.retries -= 1
+                    plan.retry_at = float("inf")
+                # head first: the refused come before the cursor
+                for key in [k for k in plan.refused if k not in self._queued]:  # a queued one is still refusing
+                    plan.refused.remove(key)
+                    block = self._block(key)
+                    route = _route(tiers, key) if block is not None else None
+                    if route is not None:
+                        return tag, key, block, route[0], route[1], plan, True
             while plan.cursor < len(plan.order):
                 key = plan.order[plan.cursor]
                 plan.cursor += 1
@@ -427,7 +463,7 @@ class Stager:
                     continue
                 route = _route(tiers, key)
                 if route is not None:
-                    return tag, key, block, route[0], route[1], plan
+                    return tag, key, block, route[0], route[1], plan, False
         return None
 
     def _submit(self, tag: str, key: BlockKey, block: _Block, source: StagingTier,
@@ -438,10 +474,13 @@ class Stager:
 
             def store(target: StagingTier) -> None:
                 try:
-                    if target.presence(key) is not True and target.store(
-                            key, memoryview(data), block.layout, block.hint,
-                            evictable=lambda victim: self._evictable(victim, target, tag, plan.eta)):
+                    if target.presence(key) is True:
+                        return
+                    if target.store(key, memoryview(data), block.layout, block.hint,
+                                    evictable=lambda victim: self._evictable(victim, target, tag, plan.eta)):
                         self._record(tag, key, block.nbytes, target.name, plan.eta)
+                    elif target.up and target.presence(key) is not True:
+                        self._refused(key, plan)
                 finally:
                     remaining[0] -= 1
                     if not remaining[0]:
@@ -482,6 +521,25 @@ class Stager:
             plan.inflight -= 1
             self._queued.discard(key)
         self._wake.set()
+
+    def _refused(self, key: BlockKey, plan: _Plan) -> None:
+        """A target had no room for ``key`` now: keep it in the plan for when room may be free.
+
+        Staging only takes room the policy gives up and no earlier return needs; the room that
+        a session expected back sooner holds becomes free when that session arrives or its plan
+        ends, so a block refused before then is staged after, if its own session is not back yet
+        (before, it was dropped from the plan, and its session arrived to find it below: late).
+        A refusal can also pass by itself (the engine was reading the victim, another staging
+        store held a reservation), so up to ``RETRIES`` timed rounds retry the refused too.
+        """
+        with self._lock:
+            if key not in plan.refused:
+                plan.refused.append(key)
+                plan.refused.sort(key=plan.order.index)
+            if plan.refused_at != self._room:  # room changed since the last refusal: retries anew
+                plan.refused_at, plan.retries, plan.retry_at = self._room, RETRIES, float("inf")
+            if plan.retry_at == float("inf") and plan.retries > 0:
+                plan.retry_at = time.monotonic() + self.poll_s * 2 ** (RETRIES - plan.retries)
 
     def _record(self, tag: str, key: BlockKey, nbytes: int, tier: str, eta: float) -> None:
         with self._lock:
@@ -576,6 +634,7 @@ class Stager:
                     records[key] = record
             for tag in [t for t, p in self._plans.items() if p.eta + self.grace_s < now and not p.inflight]:
                 del self._plans[tag]
+                self._room += 1
                 session = self._sessions.get(tag)
                 if session is not None:
                     session.hinted = False  # the hint is spent: the policy's estimate applies again
@@ -644,6 +703,7 @@ class Stager:
                 if not record.tiers:
                     del self._staged[key]
                     wasted += record.nbytes
+                    self._room += 1
         if wasted:
             self._count(staged_wasted_bytes=wasted)
 
@@ -693,6 +753,14 @@ class Stager:
         order = sorted(session.blocks, key=lambda k: (session.blocks[k].hint.depth is None,
                                                       session.blocks[k].hint.depth or 0))
         return _Plan(eta, hinted, order)
+
+
+def _put_back(plan: _Plan, key: BlockKey, retry: bool) -> None:
+    """``key``, just taken from ``plan`` (its refused blocks when ``retry``), is not staged now: look again later."""
+    if retry:
+        plan.refused.insert(0, key)
+    else:
+        plan.cursor -= 1
 
 
 def _route(tiers: list[StagingTier], key: BlockKey) -> tuple[StagingTier, list[StagingTier]] | None:
