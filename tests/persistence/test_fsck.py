@@ -91,7 +91,7 @@ _HELD_WRITER = textwrap.dedent("""
     real_replace = os.replace
 
     def replace(src, dst):
-        if str(src).endswith(".partial") and "NAMESPACE" not in str(src):
+        if str(src).endswith(".partial") and ".lbk." in str(src):  # a block's, not NAMESPACE.json's or .layout's
             print("partial", src, flush=True)
             sys.stdin.readline()
         real_replace(src, dst)
