@@ -20,9 +20,14 @@ def namespace_for(config: Any, blocks_per_chunk: int, platform: str, replicated_
     """The namespace of chunks described by vLLM's ``OffloadingConfig``.
 
     One stored block is one primary-tier row: every worker's part of a chunk (so the world
-    size and parallel layout matter, the scheduler's rank does not).
+    size and parallel layout matter, the scheduler's rank does not). A replicated layout
+    (vLLM sets it for MLA under TP alone: every rank holds the whole latent KV, one copy per
+    row) has the same row bytes at every TP size, so its namespace names none: a TP=4 engine
+    reads what a TP=2 one stored, as vLLM's fs tier does (its test_fs_tier
+    ``test_fs_tier_cross_tp_round_trip``).
     """
     parallel = config.parallel
+    tp, world_size = (1, 1) if replicated_layout else (parallel.tp_size, parallel.world_size)
     groups = [[g.tokens_per_block, len(g.layer_names)] for g in config.groups]
     tokens_per_block = config.groups[0].tokens_per_block if config.groups else 0
     return Namespace(
@@ -34,13 +39,13 @@ def namespace_for(config: Any, blocks_per_chunk: int, platform: str, replicated_
         layout=str(getattr(config, "kv_cache_layout", None) or "default"),
         block_tokens=tokens_per_block * blocks_per_chunk,
         rank=0,
-        world_size=parallel.world_size,
+        world_size=world_size,
         platform=platform,
         extra={
             "groups": groups,
             "tokens_per_hash": config.cache.tokens_per_hash,
             "worker_kv_bytes_per_block": config.worker_kv_bytes_per_block,
-            "tp": parallel.tp_size, "pp": parallel.pp_size, "pcp": parallel.pcp_size, "dcp": parallel.dcp_size,
+            "tp": tp, "pp": parallel.pp_size, "pcp": parallel.pcp_size, "dcp": parallel.dcp_size,
             "replicated_layout": replicated_layout,
             "canonical_layout": bool(getattr(config, "canonical_layout", False)),
         },
