@@ -262,6 +262,19 @@ class LifeboatTier(SecondaryTierManager):
         rows, size = self._primary_rows, self._payload_bytes
         return [rows[int(c), :size] for c in chunk_ids]
 
+    def _bad_job(self, job: TransferJob) -> bool:
+        """A job naming a row the primary region lacks (or not one row per key) fails whole.
+
+        Otherwise its IndexError would raise into vLLM's scheduler; vLLM's own tiers fail
+        such a job too (its test_fs_tier ``test_out_of_bounds_block_id_smoke``).
+        """
+        ids, n = job.chunk_ids, self._primary_rows.shape[0]
+        if len(ids) == len(job.keys) and all(0 <= int(c) < n for c in ids):
+            return False
+        log.error("lifeboatcache: job %s names rows %s of a %d-row primary region for %d keys; failed",
+                  job.job_id, list(map(int, ids)), n, len(job.keys))
+        return True
+
     # ------------------------------------------------------------------ lookups
 
     @on_engine_thread
@@ -311,7 +324,7 @@ class LifeboatTier(SecondaryTierManager):
     def submit_store(self, job_metadata: TransferJob) -> None:
         keys = list(job_metadata.keys)
         cache = self.cache
-        if cache is None:
+        if cache is None or self._bad_job(job_metadata):
             self._ready.append(JobResult(job_metadata.job_id, success=False))
             return
         block_keys = [self._key(k) for k in keys]
@@ -469,7 +482,7 @@ class LifeboatTier(SecondaryTierManager):
     def submit_load(self, job_metadata: TransferJob) -> None:
         keys = list(job_metadata.keys)
         cache = self.cache
-        if cache is None:
+        if cache is None or self._bad_job(job_metadata):
             self._ready.append(JobResult(job_metadata.job_id, success=False, successful_keys=[]))
             return
         cache_job = cache.submit_get_into([self._key(k) for k in keys], self._rows(job_metadata.chunk_ids))
