@@ -259,6 +259,27 @@ def test_a_block_refused_for_room_is_staged_once_the_sooner_session_is_back(
     assert all(in_tier(cache, "nvme", b)), "b's blocks it gave up are still in the file tier"
 
 
+def test_a_plan_from_the_policys_estimate_keeps_no_claim_on_refused_room(stack: Callable[..., TieredCache]) -> None:
+    """Only a hinted plan keeps the blocks it was refused room for: an estimate is too often wrong
+    (bench staging --estimate: retrying them staged 26 MB for 11 without, and evicted sessions that came back)."""
+    cache = stack(dram_blocks=6)
+    a, _ = session(cache, "a", 6, start=0)
+    b, _ = session(cache, "b", 6, start=100)  # DRAM holds b; a is in the file tier only
+    cache.stager.lead_s = 120.0
+    later = cache.stager.clock() + 60.0
+    policy = cache.all_tiers[1].policy
+    policy.expected_return = lambda tag: later if tag == "a" else None  # type: ignore[attr-defined]
+    cache.stage("b", 5.0)
+    cache.stager.wake()
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert cache.stager.sessions()["a"]["hinted"] is False and not any(in_tier(cache, "dram", a))
+
+    assert all(cache.get(b, [bytearray(BLOCK) for _ in b]))  # b is back: its room is free
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert not any(in_tier(cache, "dram", a)), "an estimated plan retried the blocks it was refused"
+    assert all(in_tier(cache, "dram", b))
+
+
 @pytest.fixture
 def slow_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[set[BlockKey], threading.Event, threading.Event]]:
     """File-tier reads of the keys in ``slow`` block until ``go`` is set; ``entered`` says one is waiting."""
