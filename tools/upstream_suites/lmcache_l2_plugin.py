@@ -1,0 +1,118 @@
+"""pytest plugin: LMCache's own L2-adapter contract tests, run against ``LifeboatL2Adapter``.
+
+Loaded by ``run_lmcache_l2_tests.py`` (``-p lmcache_l2_plugin``) over the test files of an
+LMCache source release. ``tests/v1/distributed/test_mock_l2_adapter.py`` is written "based on
+the L2AdapterInterface contract defined in base.py" and "only uses public methods"; its
+fixtures build the adapter from the module's ``MockL2Adapter``/``MockL2AdapterConfig``. In
+each collected module this plugin makes those names build ``LifeboatL2Adapter`` over one
+lifeboatcache file tier in a fresh directory (reads hit disk), leaving every test body and
+assertion as LMCache wrote it. The mock's simulated bandwidth has no counterpart here
+(our adapter moves bytes at the disk's speed): the config's values are ignored.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lifeboatcache_lmcache.l2_adapter import LifeboatL2Adapter
+
+_NO_CAPACITY = ("an adapter that declares a capacity (global eviction): ours declares none "
+                "(max_capacity_bytes = 0, the tiers evict by their own capacity and policy), so LMCache's "
+                "StorageManager sets up no aggregate eviction for it and delete() is the base class's no-op")
+#: tests of what only a mock or a capacity-declaring adapter does: deselected, each with its reason
+NOT_APPLICABLE: dict[str, str] = {
+    "test_store_completion_is_delayed_by_bandwidth": "times the mock's simulated bandwidth "
+                                                     "(mock_bandwidth_gb); ours moves bytes at the disk's speed",
+    "test_delete_removes_key": _NO_CAPACITY,
+    "test_delete_multiple_keys": _NO_CAPACITY,
+    "test_get_usage_empty_adapter_is_zero": _NO_CAPACITY + "; usage_fraction is -1.0 by the base class's rule",
+    "test_get_usage_increases_after_store": _NO_CAPACITY + "; usage_fraction is -1.0 by the base class's rule",
+    "test_get_usage_decreases_after_delete": _NO_CAPACITY,
+    "test_listener_notified_on_delete": _NO_CAPACITY,
+    "test_listener_delete_skips_missing_keys": _NO_CAPACITY,
+}
+#: contract tests ours does not pass (yet): run, expected to fail, strictly (a pass is an error)
+KNOWN_GAPS: dict[str, str] = {
+    "test_bytes_by_cache_salt_populated_from_cache_salt": "get_usage() reports the tiers' bytes but no "
+        "per-cache-salt buckets (the tiers evict without telling the adapter, so per-salt bytes are not known)",
+}
+
+
+class LifeboatMockConfig:
+    """Stands in for ``MockL2AdapterConfig``: takes its arguments, keeps none of them."""
+
+    def __init__(self, max_size_gb: float = 1.0, mock_bandwidth_gb: float = 10.0, **_: Any) -> None:
+        self.max_size_gb, self.mock_bandwidth_gb = max_size_gb, mock_bandwidth_gb
+
+
+class LifeboatUnderTest(LifeboatL2Adapter):
+    """``LifeboatL2Adapter`` over a file tier of its own, removed again at ``close``."""
+
+    def __init__(self, config: Any = None, **_: Any) -> None:
+        self._root = Path(tempfile.mkdtemp(prefix="lifeboat-l2-upstream-"))
+        toml = self._root / "lifeboat.toml"
+        toml.write_text(f'[engine]\non_error = "fail"\n[[tiers]]\nname = "nvme"\nbackend = "file"\n'
+                        f'path = "{self._root / "tier"}"\ncapacity_gb = 1\n\n[fallback_local]\nenabled = false\n')
+        super().__init__({"lifeboat_config": str(toml)})
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+
+def _patch_module(module: Any) -> Iterator[None]:
+    saved = dict(module.__dict__)
+    if "MockL2Adapter" in saved:
+        module.MockL2Adapter = LifeboatUnderTest
+    if "MockL2AdapterConfig" in saved:
+        module.MockL2AdapterConfig = LifeboatMockConfig
+    try:
+        yield
+    finally:
+        module.__dict__.clear()
+        module.__dict__.update(saved)
+
+
+_PATCHER = pytest.StashKey[Iterator[None]]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the mock- and capacity-only tests, mark the known gaps."""
+    keep, dropped = [], []
+    for item in items:
+        name = getattr(item, "originalname", item.name)
+        if name in NOT_APPLICABLE:
+            dropped.append(item)
+            continue
+        if name in KNOWN_GAPS:
+            item.add_marker(pytest.mark.xfail(reason=KNOWN_GAPS[name], strict=True))
+        keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """Swap before the test's fixtures are built (they read the module's names)."""
+    module = getattr(item, "module", None)
+    if module is not None:
+        patcher = _patch_module(module)
+        next(patcher)
+        item.stash[_PATCHER] = patcher
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    yield
+    patcher = item.stash.get(_PATCHER, None)
+    if patcher is not None:
+        next(patcher, None)
