@@ -573,8 +573,17 @@ def test_defer_promotions_answers_a_chunk_here_one_scheduler_step_after_it_is_as
         else:
             assert first_step == [LookupResult.HIT, LookupResult.HIT, LookupResult.MISS]
         assert next_step == [LookupResult.HIT, LookupResult.HIT, LookupResult.MISS]
-        # answered: a later ask is deferred again (the chunk went up; vLLM asks us only if it left)
-        assert tier.lookup(KEYS[0], ctx) is (LookupResult.RETRY if defer else LookupResult.HIT)
+        # the answer holds while a request that asked lives: a request not scheduled yet, or whose
+        # promoted chunk left vLLM's CPU tier, asks again in a later step and is not made to wait again
+        tier.on_schedule_end(SimpleNamespace(new_req_ids=[]))
+        other = ReqContext(req_id="r3")
+        assert [tier.lookup(KEYS[0], ctx), tier.lookup(KEYS[1], other)] == [LookupResult.HIT, LookupResult.HIT]
+        tier.on_request_finished(ctx)
+        assert tier.lookup(KEYS[1], other) is LookupResult.HIT  # r3 still holds it
+        tier.on_request_finished(other)
+        # every request that asked is gone: the next one to ask waits a step, as a first ask does
+        later = ReqContext(req_id="r4")
+        assert tier.lookup(KEYS[0], later) is (LookupResult.RETRY if defer else LookupResult.HIT)
         tier.shutdown()
 
 

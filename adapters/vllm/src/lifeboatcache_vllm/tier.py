@@ -167,9 +167,11 @@ class LifeboatTier(SecondaryTierManager):
         self._pending: dict[int, _Pending] = {}
         self._ready: list[JobResult] = []
         self._lookups: dict[OffloadKey, Future[bool]] = {}
-        # defer_promotions: chunks found here, by the scheduler step they were first asked in
+        # defer_promotions: chunks found here -> [scheduler step first asked in, live requests that
+        # asked]; ``_askers``: request -> the chunks it asked for (dropped when it finishes)
         self._step = 0
-        self._asked: dict[OffloadKey, int] = {}
+        self._asked: dict[OffloadKey, list[int]] = {}
+        self._askers: dict[str, set[OffloadKey]] = {}
         # per request: store jobs still in flight, and the recency update waiting for them
         self._stores_in_flight: dict[str, int] = {}
         self._touch_after: dict[str, list[BlockKey]] = {}
@@ -284,9 +286,14 @@ class LifeboatTier(SecondaryTierManager):
             return LookupResult.MISS
         known = cache.presence([self._key(key)])[0]
         if known is not None:
-            if known and self._defer_promotions and self._asked.setdefault(key, self._step) == self._step:
-                return LookupResult.RETRY  # HIT from the next step on (see engine.defer_promotions)
-            self._asked.pop(key, None)
+            if known and self._defer_promotions:
+                entry = self._asked.setdefault(key, [self._step, 0])
+                mine = self._askers.setdefault(req_context.req_id, set())
+                if key not in mine:
+                    mine.add(key)
+                    entry[1] += 1
+                if entry[0] == self._step:
+                    return LookupResult.RETRY  # HIT from the next step on (see engine.defer_promotions)
             return self._answer(cache, key, known)
         # Only storage can tell (a restarted tier still indexing, a shared tier another node
         # writes): the existence check runs off the scheduler thread and vLLM asks again.
@@ -304,7 +311,7 @@ class LifeboatTier(SecondaryTierManager):
     def on_schedule_end(self, context: Any) -> None:
         """A scheduler step ended: chunks first asked for in it are answered from now on."""
         self._step += 1
-        if len(self._asked) > MAX_DEFERRED_LOOKUPS:  # requests that went away before asking again
+        if len(self._asked) > MAX_DEFERRED_LOOKUPS:  # bound: a dropped chunk's next ask waits a step again
             for key in list(self._asked)[: len(self._asked) // 2]:
                 del self._asked[key]
 
@@ -561,6 +568,7 @@ class LifeboatTier(SecondaryTierManager):
         vLLM's own CPU-tier LRU does. Stores of this request still in flight would land after
         the touch as newest-of-all; the touch then waits for them (``_store_finished``).
         """
+        self._forget_asked(req_context.req_id)
         cache = self.cache
         if cache is None:
             return
@@ -577,6 +585,19 @@ class LifeboatTier(SecondaryTierManager):
             uses = cpu_tier_uses(req_context)
             self._shadow.use(keys_tail_first if uses is None else reversed(uses))
             self._demote_coldest()  # after the touch: what lands now is newer than the chain
+
+    def _forget_asked(self, req_id: str) -> None:
+        """A finished request's deferred chunks: each is deferred again for the next request
+        that asks after every request that asked for it is gone, as vLLM's fs tier keeps a
+        lookup's answer while a request holds it (``AsyncLookupTier.cleanup``). A request
+        that asks again in a later step (not scheduled yet, or its promoted chunk left vLLM's
+        CPU tier) gets HIT, not another step's wait."""
+        for key in self._askers.pop(req_id, ()):
+            entry = self._asked.get(key)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del self._asked[key]
 
     def _store_finished(self, req_id: str) -> None:
         left = self._stores_in_flight.get(req_id, 0) - 1
