@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
+from _plugin_support import patch_hooks, selection_hook
 from lifeboatcache_lmcache.l2_adapter import LifeboatL2Adapter
 
 _NO_CAPACITY = ("an adapter that declares a capacity (global eviction): ours declares none "
@@ -80,39 +80,7 @@ def _patch_module(module: Any) -> Iterator[None]:
         module.__dict__.update(saved)
 
 
-_PATCHER = pytest.StashKey[Iterator[None]]()
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the mock- and capacity-only tests, mark the known gaps."""
-    keep, dropped = [], []
-    for item in items:
-        name = getattr(item, "originalname", item.name)
-        if name in NOT_APPLICABLE:
-            dropped.append(item)
-            continue
-        if name in KNOWN_GAPS:
-            item.add_marker(pytest.mark.xfail(reason=KNOWN_GAPS[name], strict=True))
-        keep.append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
-
-
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
-    """Swap before the test's fixtures are built (they read the module's names)."""
-    module = getattr(item, "module", None)
-    if module is not None:
-        patcher = _patch_module(module)
-        next(patcher)
-        item.stash[_PATCHER] = patcher
-    yield
-
-
-@pytest.hookimpl(hookwrapper=True, trylast=True)
-def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
-    yield
-    patcher = item.stash.get(_PATCHER, None)
-    if patcher is not None:
-        next(patcher, None)
+pytest_collection_modifyitems = selection_hook(NOT_APPLICABLE, KNOWN_GAPS)
+pytest_runtest_setup, pytest_runtest_teardown = patch_hooks(_patch_module)

@@ -26,6 +26,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from _plugin_support import patch_hooks, selection_hook
 from lifeboatcache_vllm.tier import LifeboatTier
 from vllm.v1.kv_offload.base import LookupResult, OffloadKey, ReqContext, ScheduleEndContext
 from vllm.v1.kv_offload.config import OffloadingGroupConfig
@@ -153,40 +154,12 @@ def _patch_module(module: Any) -> Iterator[None]:
         SecondaryTierFactory._registry = registry
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the fs-internal tests (and the fs_io_C variants), mark the known gaps."""
-    keep, dropped = [], []
-    for item in items:
-        name = getattr(item, "originalname", item.name)
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        if name in NOT_APPLICABLE or params.get("use_c_ext") is True:  # vLLM's C extension path
-            dropped.append(item)
-            continue
-        if name in KNOWN_GAPS:
-            item.add_marker(pytest.mark.xfail(reason=KNOWN_GAPS[name], strict=True))
-        keep.append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
+def _uses_vllm_c_ext(item: pytest.Item) -> bool:
+    """The fs_io_C variants test vLLM's own C extension path, not a tier contract."""
+    return getattr(getattr(item, "callspec", None), "params", {}).get("use_c_ext") is True
 
 
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
-    """Swap before the test's fixtures are built (``fs_tier`` reads the module's names)."""
-    module = getattr(item, "module", None)
-    patcher = _patch_module(module) if module is not None else None
-    if patcher is not None:
-        next(patcher)
-        item.stash[_PATCHER] = patcher
-    yield
+pytest_collection_modifyitems = selection_hook(NOT_APPLICABLE, KNOWN_GAPS, drop=_uses_vllm_c_ext)
+pytest_runtest_setup, pytest_runtest_teardown = patch_hooks(_patch_module)
 
 
-@pytest.hookimpl(hookwrapper=True, trylast=True)
-def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
-    yield
-    patcher = item.stash.get(_PATCHER, None)
-    if patcher is not None:
-        next(patcher, None)
-
-
-_PATCHER = pytest.StashKey[Iterator[None]]()
