@@ -57,3 +57,13 @@ def test_a_marker_with_another_depth_is_refused(tmp_path: Path) -> None:
     (tmp_path / LAYOUT_NAME).write_text("3\n")
     with pytest.raises(ValueError, match="neither 1 nor 2"):
         FileBackend(FileConfig(path=tmp_path), tier="nvme")
+
+
+def test_a_marker_a_power_cut_left_empty_is_read_off_the_tree(tmp_path: Path) -> None:
+    """The power-loss suite's finding: a cut right after the tier was made left ``.layout`` empty."""
+    backend = FileBackend(FileConfig(path=tmp_path), tier="nvme")
+    put(backend, key(1), b"\x01" * 4096)
+    (tmp_path / LAYOUT_NAME).write_text("")
+    reopened = FileBackend(FileConfig(path=tmp_path), tier="nvme")
+    assert reopened.shard_depth == 1 and (tmp_path / LAYOUT_NAME).read_text().strip() == "1"
+    assert bytes(reopened.read(key(1))[1]) == b"\x01" * 4096

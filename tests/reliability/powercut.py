@@ -157,10 +157,10 @@ def _apply_variant(file_mod: Any, variant: str) -> None:
     """The negative controls: file backends that forget one of the directory syncs."""
     if variant == "no-dir-fsync":  # the block's folder is not synced after its rename
         real = file_mod._fsync_dir
-        shard_depth = 3  # <root>/<namespace>/<ab>/<cd>
+        levels = file_mod.SHARD_DEPTH  # a new root's block folder: <root>/<namespace>/<ab>
 
         def fsync_dir(directory: str) -> None:
-            if not _is_shard(directory, shard_depth):
+            if not _is_shard(directory, levels):
                 real(directory)
 
         file_mod._fsync_dir = fsync_dir
@@ -175,9 +175,10 @@ def _apply_variant(file_mod: Any, variant: str) -> None:
         raise ValueError(f"unknown variant {variant!r}")
 
 
-def _is_shard(directory: str, depth: int) -> bool:
+def _is_shard(directory: str, levels: int) -> bool:
+    """A block folder: its last ``levels`` names are two-hex-digit shard names."""
     parts = directory.rstrip("/").split("/")
-    return len(parts) > depth and len(parts[-1]) == 2 and len(parts[-2]) == 2
+    return len(parts) > levels + 1 and all(len(p) == 2 for p in parts[-levels:]) and len(parts[-levels - 1]) != 2
 
 
 def _daemon(mountpoint: str, backing: str, seed: int, torn: bool, conn: Connection) -> None:

@@ -13,7 +13,8 @@ One level of 256 shard folders: engines' keys are uniform hashes, so a second le
 folders) made a fresh tier create a folder for almost every block it stored (a mkdir and its
 journal write on the store path: 0.81 of raw O_DIRECT write speed in ``bench tiers`` against
 0.9x with one level); 256 folders of a few thousand entries each are what ext4's and XFS's
-hashed directories are built for. A tier root written before ``.layout`` existed keeps depth 2.
+hashed directories are built for. A tier root written before ``.layout`` existed keeps depth 2;
+a missing or empty marker (a power cut right after a tier was made) is read off the tree.
 
 Writes go to a same-directory ``.partial`` then ``os.replace`` (atomic on POSIX), so a
 reader sees a whole block or nothing. Reads go with ``preadv`` straight into the caller's
@@ -136,26 +137,45 @@ class FileBackend(Backend):
     # ------------------------------------------------------------------ paths
 
     def _shard_depth(self) -> int:
-        """This root's shard depth: from its ``.layout``; a root without one that already holds
-        namespaces was written with two levels (recorded now); an empty root gets SHARD_DEPTH."""
+        """This root's shard depth, from its ``.layout``. Without one (a root from before it, or
+        a marker a power cut left empty) the depth is read off the tree and recorded: a shard
+        folder holding folders is the two-level layout; anything else (empty root included)
+        gets SHARD_DEPTH."""
         marker = self.root / LAYOUT_NAME
         try:
             text = marker.read_text().strip()
         except FileNotFoundError:
-            legacy = any(valid_namespace(d.name) and not d.name.startswith(".") for d in _subdirs(self._root))
-            depth = 2 if legacy else SHARD_DEPTH
-            tmp = marker.with_name(f"{LAYOUT_NAME}.{_HOST}-{os.getpid()}{PARTIAL}")
-            try:
-                tmp.write_text(f"{depth}\n")
-                os.replace(tmp, marker)  # another node racing on a shared root writes the same answer
-                if self._fsync:
-                    _fsync_dir(self._root)
-            except OSError as exc:  # a read-only root: the depth is still right for this process
-                log.warning("file tier %s: cannot record its shard depth in %s: %s", self._root, marker, exc)
-            return depth
-        if text not in ("1", "2"):
+            text = ""
+        if text in ("1", "2"):
+            return int(text)
+        if text:
             raise ValueError(f"{marker}: shard depth {text!r} is neither 1 nor 2")
-        return int(text)
+        depth = self._depth_on_disk()
+        tmp = marker.with_name(f"{LAYOUT_NAME}.{_HOST}-{os.getpid()}{PARTIAL}")
+        try:  # durable before it names the layout: once per root, so always synced
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, f"{depth}\n".encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, marker)  # another node racing on a shared root writes the same answer
+            _fsync_dir(self._root)
+        except OSError as exc:  # a read-only root: the depth is still right for this process
+            log.warning("file tier %s: cannot record its shard depth in %s: %s", self._root, marker, exc)
+        return depth
+
+    def _depth_on_disk(self) -> int:
+        for ns in _subdirs(self._root):
+            if ns.name.startswith(".") or not valid_namespace(ns.name):
+                continue
+            for shard in _subdirs(ns.path):
+                if _subdirs(shard.path):
+                    return 2
+                with os.scandir(shard.path) as entries:
+                    if any(e.name.endswith((SUFFIX, PARTIAL)) for e in entries):
+                        return 1
+        return SHARD_DEPTH
 
     def path_of(self, key: BlockKey) -> str:
         h = key.hex
