@@ -259,6 +259,28 @@ def test_a_block_refused_for_room_is_staged_once_the_sooner_session_is_back(
     assert all(in_tier(cache, "nvme", b)), "b's blocks it gave up are still in the file tier"
 
 
+def test_blocks_a_get_is_reading_are_no_staging_victims_until_it_is_done(
+        stack: Callable[..., TieredCache]) -> None:
+    """Between a get's lookup and its read, another session's staging must not evict what the get
+    reads (it would read it from the tier below and promote it back: the CI run that found this
+    left one of the staged session's blocks out, behind a promoted one)."""
+    cache = stack(dram_blocks=6)  # write-through: every block is in the file tier too
+    a, _ = session(cache, "a", 6, start=0)
+    b, _ = session(cache, "b", 6, start=100)  # DRAM holds b; a is in the file tier only
+    cache.stager.lead_s = 0.0
+    cache.stage("a", 60.0)  # a plan, not due yet
+    protected = cache.stager.observe_get(b)  # as submit_get_into does before its reads
+    cache.stager.lead_s = 120.0  # now a is due: its stores would evict b
+    cache.stager.wake()
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", b)) and not any(in_tier(cache, "dram", a)), "b's blocks were evicted mid-read"
+    assert protected, "the caller was not told to release the keys"
+
+    cache.stager.observe_read_done(b)
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", a)), "a was not staged once b's read was done"
+
+
 def test_a_plan_from_the_policys_estimate_keeps_no_claim_on_refused_room(stack: Callable[..., TieredCache]) -> None:
     """Only a hinted plan keeps the blocks it was refused room for: an estimate is too often wrong
     (bench staging --estimate: retrying them staged 26 MB for 11 without, and evicted sessions that came back)."""

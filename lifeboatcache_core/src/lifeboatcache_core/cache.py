@@ -16,7 +16,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -67,6 +67,8 @@ class _Job:
     done: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.perf_counter)
     seconds: float = 0.0  # set when the last task is done
+    #: called once when the last task is done, before the job is reported (a get's stager release)
+    on_done: Callable[[], None] | None = None
 
 
 def as_byte_view(buf: _Buffer) -> memoryview:
@@ -232,7 +234,12 @@ class TieredCache:
             if job.tasks:
                 return
             job.seconds = time.perf_counter() - job.started
-            self._finished.append(job)
+        try:
+            if job.on_done is not None:
+                job.on_done()
+        finally:
+            with self._lock:
+                self._finished.append(job)
         self.telemetry.job_latency[job.kind].observe(job.seconds)
         job.done.set()
 
@@ -326,7 +333,8 @@ class TieredCache:
         job = self._new_job("get", len(keys))
         self.telemetry.add(lookups=1, lookup_blocks=len(keys))
         views = [as_byte_view(b) for b in buffers]
-        self.stager.observe_get(keys)
+        if self.stager.observe_get(keys):  # the keys are no staging store's victims until read
+            job.on_done = lambda: self.stager.observe_read_done(keys)
         up = self.tiers
         groups: dict[int, list[int]] = {}
         misses = [0] * len(up)

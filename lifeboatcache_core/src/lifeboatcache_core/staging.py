@@ -16,7 +16,10 @@ Rules it keeps:
 - **Never a miss for a hit.** A staging store may only use free room or evict a block that
   the tier's policy picks anyway *and* that stays in the cache below (a lower tier holds it),
   and never a block of a session expected back no later than the one being staged
-  (``_evictable``). A staged copy is taken back only while a lower tier still holds the block,
+  (``_evictable``), nor a block a get now under way asked for (``observe_get`` until
+  ``observe_read_done``: a session that just arrived would otherwise lose its blocks to the
+  next session's staging between its lookup and its read, and read them from the tier below).
+  A staged copy is taken back only while a lower tier still holds the block,
   asked on the write pool just before the discard (``_take_back_now``).
 - **Never in the engine's way.** Sessions are learned in ``observe_put`` / ``observe_get``,
   which do dictionary work under a lock that is never held across I/O or a tier's lock. All
@@ -184,6 +187,8 @@ class Stager:
         self._plans: dict[str, _Plan] = {}
         self._staged: dict[BlockKey, _Staged] = {}
         self._queued: set[BlockKey] = set()
+        #: blocks gets now under way asked for (a count per get): never a staging store's victim
+        self._being_read: dict[BlockKey, int] = {}
         self._inflight = 0
         self._reading: dict[str, int] = {}  # source tier -> blocks being staged from it
         #: source tier -> recent seconds per staged block over its staging threads (EWMA): the lead a
@@ -248,14 +253,17 @@ class Stager:
                     session.blocks[key] = _Block(nbytes, layout, hint)
                     self._session_of[key] = hint.tag
 
-    def observe_get(self, keys: Sequence[BlockKey]) -> None:
+    def observe_get(self, keys: Sequence[BlockKey]) -> bool:
         """The engine asks for ``keys``: count staged blocks as used, and arrivals as on time or late.
 
         An arrival is late when a session that had a staging plan asks for a block that is in a
-        lower tier but not yet in the top staging tier. Reads only in-memory indexes.
+        lower tier but not yet in the top staging tier. Reads only in-memory indexes. True: the
+        keys are protected from staging stores until the caller's read of them is done, and the
+        caller must then call ``observe_read_done(keys)`` (False, with nothing staged and no
+        plan, costs nothing and needs no call).
         """
         if not self._staged and not self._plans:
-            return
+            return False
         tiers = list(self._tiers())
         top = next((t for t in tiers if t.cfg.stage), None)
         now = self.clock()
@@ -264,6 +272,7 @@ class Stager:
             arrived: set[str] = set()
             behind: set[str] = set()
             for key in keys:
+                self._being_read[key] = self._being_read.get(key, 0) + 1
                 record = self._staged.pop(key, None)  # also one being taken back: the read claims it
                 if record is not None:
                     used += record.nbytes
@@ -288,6 +297,23 @@ class Stager:
             self._count(staged_used_bytes=used, staged_late_arrivals=late)
         if arrived:
             self._wake.set()  # their plans ended: room a later session was refused may be free
+        return True
+
+    def observe_read_done(self, keys: Sequence[BlockKey]) -> None:
+        """The get that ``observe_get`` protected ``keys`` for is done: they may be victims again.
+
+        Room a staging store was refused for may be free now (``_room`` moves on: refused
+        blocks are tried again).
+        """
+        with self._lock:
+            for key in keys:
+                left = self._being_read.get(key, 0) - 1
+                if left > 0:
+                    self._being_read[key] = left
+                else:
+                    self._being_read.pop(key, None)
+            self._room += 1
+        self._wake.set()
 
     # ------------------------------------------------------------------ hints
 
@@ -571,6 +597,8 @@ class Stager:
         if not _held_below(self._tiers(), victim, tier):
             return False
         with self._lock:
+            if victim in self._being_read:  # a get is about to read it here: it would read it below
+                return False
             owner = self._session_of.get(victim)
             if owner is None:
                 return True
