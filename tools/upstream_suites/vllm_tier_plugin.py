@@ -55,15 +55,7 @@ NOT_APPLICABLE: dict[str, str] = {
     "test_events_require_global_kv_events_flag": "reads the fs tier's events list and _store_job_keys",
 }
 #: contract tests ours does not pass (yet): run, expected to fail, strictly (a pass is an error)
-KNOWN_GAPS: dict[str, str] = {
-    "test_successful_store_emits_stored_event": "LifeboatTier emits no KV events (take_events is empty)",
-    "test_store_event_uses_configured_locality": "LifeboatTier emits no KV events",
-    "test_cascade_store_emits_fs_event_through_tiering_manager": "LifeboatTier emits no KV events",
-    "test_invalid_path_raises_at_construction": "raises LifeboatTierError (a RuntimeError naming the "
-                                                "OSError), not OSError",
-    "test_invalid_locality_raises_at_construction": "LifeboatTier reads locality case-insensitively and "
-                                                    "an empty string as the default, LOCAL",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 #: how long ``lookup_and_wait`` keeps asking before it returns what the tier last said
 LOOKUP_PATIENCE_S = 10.0
@@ -89,7 +81,7 @@ class LifeboatFsTier(LifeboatTier):
 
     ``root_dir`` becomes one lifeboatcache file tier; thread counts map to its I/O threads;
     ``on_error = "fail"`` so that a tier that cannot start raises as vLLM's does.
-    ``enable_kv_events`` is accepted and ignored: our tier emits no KV events.
+    ``enable_kv_events`` and ``locality`` go to our tier as they are (the same entry keys).
     """
 
     def __init__(self, offloading_spec: Any, primary_kv_view: memoryview, tier_type: str,
@@ -100,7 +92,7 @@ class LifeboatFsTier(LifeboatTier):
                              "io_threads": max(1, n_read_threads, n_write_threads)}],
                   "engine": {"on_error": "fail"}}
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector,
-                         locality=locality, config=config)
+                         locality=locality, config=config, enable_kv_events=enable_kv_events)
         self.file_mapper = _FileMapper(self, str(Path(root_dir)))
 
 

@@ -19,6 +19,7 @@ import functools
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,13 +31,14 @@ from lifeboatcache_core.cache import JobResult as CacheJobResult
 from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.chunkfile import payload_digest
 from lifeboatcache_core.config import LifeboatConfig
-from lifeboatcache_core.engine import EngineTexts, open_for_engine
+from lifeboatcache_core.engine import EngineTexts, TiersUnavailableError, open_for_engine
 from lifeboatcache_core.keys import BlockKey, Namespace
 from lifeboatcache_core.threads import process_cpu_seconds, thread_cpu_seconds
 from vllm.v1.kv_offload.base import (
     Locality,
     LookupResult,
     Medium,
+    OffloadingEvent,
     OffloadKey,
     ReqContext,
     RequestOffloadingContext,
@@ -63,6 +65,8 @@ CPU_LOG_INTERVAL_S = 30.0
 DEMOTE_MARGIN_SHARE = 0.4
 #: defer_promotions: chunks asked for and not asked again kept at most (oldest half dropped)
 MAX_DEFERRED_LOOKUPS = 65536
+#: KV events held for vLLM's next ``take_events`` at most (oldest dropped, counted in ``events_dropped``)
+MAX_PENDING_EVENTS = 4096
 _ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
@@ -148,19 +152,52 @@ class LifeboatTierError(RuntimeError):
     """The tier could not start and ``engine.on_error = "fail"``."""
 
 
+class LifeboatTierOSError(LifeboatTierError, OSError):
+    """Its storage could not be used at start (a tier down, an OSError): vLLM's fs tier raises
+    OSError for a bad ``root_dir``, so code written for vLLM's tiers catches this one too."""
+
+
+class LifeboatTierValueError(LifeboatTierError, ValueError):
+    """A bad value in its entry or config (``locality``, ...): ValueError, as vLLM's tiers raise."""
+
+
+class LifeboatTierTypeError(LifeboatTierError, TypeError):
+    """An unknown key in its ``secondary_tiers`` entry: TypeError, as an unknown keyword of vLLM's tiers."""
+
+
+def _typed(exc: LifeboatTierError) -> LifeboatTierError:
+    """The refusal as the built-in error vLLM's own tiers raise for the same cause (same message)."""
+    cause = exc.__cause__
+    if isinstance(cause, (OSError, TiersUnavailableError)):
+        kind: type[LifeboatTierError] = LifeboatTierOSError
+    elif isinstance(cause, ValueError):  # lifeboatcache_core's ConfigError is one
+        kind = LifeboatTierValueError
+    elif isinstance(cause, TypeError):
+        kind = LifeboatTierTypeError
+    else:
+        return exc
+    typed = kind(*exc.args)
+    typed.__cause__ = cause
+    return typed
+
+
 class LifeboatTier(SecondaryTierManager):
     """lifeboatcache below vLLM's CPU tier. Extra keys of its ``secondary_tiers`` entry:
 
     ``config``: a lifeboatcache config mapping or a TOML/YAML path (default: the spec's
     ``kv_connector_extra_config["lifeboatcache"]``, else ``$LIFEBOAT_CACHE_CONFIG``, else
-    one file tier under the user cache dir); ``locality``: "LOCAL" (default) or "REMOTE".
+    one file tier under the user cache dir); ``locality``: "LOCAL" or "REMOTE" (exactly, as
+    vLLM's ``Locality``; default none, as vLLM's fs tier); ``enable_kv_events``: publish a
+    stored event for every chunk whose store has completed here, when vLLM's KV cache events
+    are on (``kv_events_config.enable_kv_cache_events``), as vLLM's fs tier does.
     """
 
     medium: ClassVar[Medium] = Medium.STORAGE
 
     def __init__(self, offloading_spec: Any, primary_kv_view: memoryview, tier_type: str,
                  backpressure_detector: Any = None, locality: str | None = None,
-                 config: dict[str, Any] | str | None = None, **unknown: Any) -> None:
+                 config: dict[str, Any] | str | None = None, enable_kv_events: bool = False,
+                 **unknown: Any) -> None:
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         ensure_log_handler()
         self.cache: TieredCache | None = None
@@ -196,12 +233,25 @@ class LifeboatTier(SecondaryTierManager):
         # given_up: copies here dropped for a demotion (the CPU tier still held them; they are deferred)
         self.exclusive_counts = {"deferred": 0, "demoted": 0, "demotions_lost": 0, "demotions_refused": 0,
                                  "given_up": 0}
+        # KV events for vLLM's take_events: None (nothing collected, nothing done per chunk) unless
+        # both this entry and vLLM's global KV events ask for them, vLLM's fs tier's rule
+        self._events: deque[OffloadingEvent] | None = None
+        self.events_dropped = 0
+        if enable_kv_events:
+            if getattr(getattr(offloading_spec, "kv_events_config", None), "enable_kv_cache_events", False):
+                self._events = deque()
+            else:
+                log.warning("lifeboatcache: enable_kv_events is set on secondary tier '%s' but vLLM's KV "
+                            "cache events are off; the tier emits no events", tier_type)
         source = config if config is not None else offloading_spec.extra_config.get(EXTRA_KEY)
-        self.cache = open_for_engine(
-            lambda: self._open(offloading_spec, source, locality, unknown), on_error=lambda: on_error_of(source),
-            texts=self._give_up, namespace=lambda: self.namespace,
-            ready=lambda cache: log.info("lifeboatcache tier ready: namespace %s, tiers %s, %d-byte chunks",
-                                         self.namespace.id, [t.name for t in cache.tiers], self._payload_bytes))
+        try:
+            self.cache = open_for_engine(
+                lambda: self._open(offloading_spec, source, locality, unknown), on_error=lambda: on_error_of(source),
+                texts=self._give_up, namespace=lambda: self.namespace,
+                ready=lambda cache: log.info("lifeboatcache tier ready: namespace %s, tiers %s, %d-byte chunks",
+                                             self.namespace.id, [t.name for t in cache.tiers], self._payload_bytes))
+        except LifeboatTierError as exc:
+            raise _typed(exc) from exc.__cause__
 
     # ------------------------------------------------------------------ set-up
 
@@ -209,8 +259,9 @@ class LifeboatTier(SecondaryTierManager):
         """The engine-side set-up (entry keys, namespace, chunk geometry); returns our config."""
         if unknown:
             raise TypeError(f"unknown keys {sorted(unknown)} in its secondary_tiers entry; valid extra keys: "
-                            "config, locality")
-        self.locality = Locality[(locality or "LOCAL").upper()]
+                            "config, locality, enable_kv_events")
+        # as vLLM's fs tier: the enum's value exactly ("local" and "" are errors), none when not given
+        self.locality = Locality(locality) if locality is not None else None
         settings = resolve_config(source)
         self.namespace = getattr(offloading_spec, "lifeboat_namespace", None) or namespace_for(
             offloading_spec.config, offloading_spec.blocks_per_chunk, "unknown",
@@ -456,6 +507,35 @@ class LifeboatTier(SecondaryTierManager):
                 deferred.submitted = False
                 self._copies[key] = deferred
         self._chunks_stored += done.count
+        self._stored_event(keys, done.ok)
+
+    def _stored_event(self, keys: list[OffloadKey], ok: list[bool]) -> None:
+        """One stored event for the chunks of a finished store job that are here now.
+
+        Only at completion (a submitted store may still fail), only the keys that landed (vLLM's
+        fs tier reports a job all or nothing; a key we refused or failed is not held, so naming
+        it would make an events consumer route requests to a chunk we lack). Bounded: when vLLM
+        stops taking events the oldest go, counted in ``events_dropped``.
+        """
+        events = self._events
+        if events is None:
+            return
+        stored = [k for k, hit in zip(keys, ok, strict=True) if hit]
+        if not stored:
+            return
+        if len(events) >= MAX_PENDING_EVENTS:
+            events.popleft()
+            self.events_dropped += 1
+        events.append(OffloadingEvent(keys=stored, medium=self.medium, removed=False, locality=self.locality))
+
+    def take_events(self) -> Iterable[OffloadingEvent]:
+        """The KV events since the last call, oldest first (none unless KV events are enabled)."""
+        events = self._events
+        if not events:
+            return []
+        out = list(events)
+        events.clear()
+        return out
 
     def _hints(self, keys: list[OffloadKey], req_context: ReqContext) -> list[BlockHint | None]:
         """Each chunk's session and place in its prefix chain, for session-aware policies (EpiCache).
@@ -522,6 +602,7 @@ class LifeboatTier(SecondaryTierManager):
                                       [h for _k, h in got])
         else:
             self._chunks_stored += done.count
+            self._stored_event(job.keys, done.ok)
         # the job's own duration: vLLM's kv_offload_tiering_{read,write}_time then compare with its
         # fs tier, which times a job on its I/O thread; time to this poll adds up to a whole engine step
         return JobResult(job.job_id, success=ok, successful_keys=partial, transfer_time=done.seconds,
@@ -636,6 +717,7 @@ class LifeboatTier(SecondaryTierManager):
         ours = threads + self._engine_thread_cpu_s
         return {"chunks_stored": self._chunks_stored, "chunks_loaded": self._chunks_loaded,
                 **{f"exclusive_{name}": n for name, n in self.exclusive_counts.items()},
+                "kv_events_dropped": self.events_dropped,
                 "tier_threads_s": round(threads, 3), "engine_thread_s": round(self._engine_thread_cpu_s, 6),
                 "ours_per_1000_chunks_s": round(1000 * ours / moved, 3) if moved else 0.0,
                 "process_s": round(process_cpu_seconds() - self._process_cpu_at_start, 3)}
