@@ -106,6 +106,7 @@ class TieredCache:
         self.config = config if config is not None else LifeboatConfig()
         self.registry = registry or get_registry()
         self._seed = seed
+        self._removal_listeners: dict[str, Callable[[list[BlockKey]], None]] = {}
         self.all_tiers: list[Tier] = [self.make_tier(tc) for tc in self.config.tiers]
         self._digest_bytes: dict[str, int | None] = {}
         self._namespaces: dict[str, dict[str, Any]] = {}
@@ -146,7 +147,23 @@ class TieredCache:
         manifest store its ``manifest_url`` selects when it opens, so a tier added by
         ``apply_config`` is the same kind of tier it would be at start.
         """
-        return Tier(tc, self.registry, seed=self._seed)
+        tier = Tier(tc, self.registry, seed=self._seed)
+        tier.removal_listeners = self._removal_listeners  # one dict: a later tier hears the same listeners
+        return tier
+
+    def listen_removed(self, namespace_id: str, listener: Callable[[list[BlockKey]], None] | None) -> None:
+        """Call ``listener`` with batches of this namespace's keys that a tier no longer holds.
+
+        For an engine that publishes what the cache holds (vLLM's KV events): a tier's own
+        evictions, discards and blocks set aside as corrupt. Called on the thread that removed
+        them (an I/O thread, or a caller's discard), after any demotion to a tier below, so the
+        key may still be held lower down (ask ``presence``). It must be quick and never block.
+        None stops it. No listener: one empty-dict check per removed batch.
+        """
+        if listener is None:
+            self._removal_listeners.pop(namespace_id, None)
+        else:
+            self._removal_listeners[namespace_id] = listener
 
     def _start_index(self, tier: Tier) -> None:
         if tier.index_complete or tier.index_loading:

@@ -88,6 +88,9 @@ class Tier:
         self.lock = threading.Lock()
         self._space = threading.Condition(self.lock)  # signalled when a reservation is released
         self.index: dict[BlockKey, int] = {}
+        #: namespace id -> called with the keys of a batch this tier no longer holds (evicted, discarded,
+        #: set aside), off the engine's thread; ``TieredCache`` shares one dict with all its tiers
+        self.removal_listeners: dict[str, Callable[[list[BlockKey]], None]] = {}
         # keep_prefixes: prefix depth of blocks stored with one, their last uses, return gaps
         self._prefixes = PrefixGuard(cfg.keep_prefixes_idle_s)
         self.used = 0
@@ -569,6 +572,22 @@ class Tier:
         for failure in backend.delete_many([key for key, _size in victims]):
             if failure is not None:
                 self._io_error(failure)
+        if self.removal_listeners:
+            self._tell_removed([key for key, _size in victims])
+
+    def _tell_removed(self, keys: list[BlockKey]) -> None:
+        """Each listening namespace's keys of a batch gone from this tier (after any demotion
+        below, so the listener may ask the cache whether a lower tier still holds them)."""
+        listeners = self.removal_listeners
+        mine: dict[str, list[BlockKey]] = {}
+        for key in keys:
+            if key.namespace in listeners:
+                mine.setdefault(key.namespace, []).append(key)
+        for namespace, gone in mine.items():
+            try:
+                listeners[namespace](gone)
+            except Exception:  # a listener's failure never fails our I/O
+                log.exception("tier %s: removal listener of namespace %s failed", self.name, namespace)
 
     def _demote(self, key: BlockKey, lower: Tier) -> None:
         assert self.backend is not None
@@ -656,6 +675,8 @@ class Tier:
         with self.lock:
             self.stats.corrupt_blocks += 1
             self._forget(key)
+        if self.removal_listeners:
+            self._tell_removed([key])
         log.warning("tier %s: corrupt block %s… (%s): set aside, served as a miss", self.name, key.hex[:16], reason)
         try:
             assert self.backend is not None

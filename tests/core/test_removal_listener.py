@@ -1,0 +1,36 @@
+"""``TieredCache.listen_removed``: an engine that publishes what the cache holds hears what it lost.
+
+vLLM's KV events tell a router which chunks a tier holds; once a tier evicts, discards or sets
+aside a block it must say so, or the router keeps sending requests for a chunk that is gone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lifeboatcache_core.keys import BlockKey
+
+from .helpers import blobs, file_tier, keys, open_cache
+
+BLOCK = 256 * 1024
+CAPACITY_GB = 4 * 1024 * 1024 / 1024**3  # 4 MiB: 16 blocks
+
+
+def test_evicted_and_discarded_blocks_are_told_to_their_namespaces_listener(tmp_path: Path) -> None:
+    heard: list[BlockKey] = []
+    other = keys(1, namespace="otherns", start=1000)
+    with open_cache(tmp_path, file_tier(tmp_path / "t", CAPACITY_GB)) as cache:
+        cache.listen_removed("testns", heard.extend)
+        assert cache.put(other, blobs(1, BLOCK)) == [True]
+        for i in range(20):  # 5 MiB through a 4 MiB tier: the oldest go
+            assert cache.put(keys(1, start=i), blobs(1, BLOCK)) == [True]
+        evicted = [k for k in keys(20) if not cache.exists([k])[0]]
+        assert evicted and set(heard) == set(evicted)  # the other namespace's block is not ours
+        assert cache.exists(other) == [False]  # it was evicted too, and not told to this listener
+        heard.clear()
+        cache.tiers[0].discard(keys(1, start=19))
+        assert heard == keys(1, start=19)
+        cache.listen_removed("testns", None)  # stopped: nothing more is told
+        heard.clear()
+        cache.tiers[0].discard(keys(1, start=18))
+        assert heard == []
