@@ -92,3 +92,40 @@ def test_locality_is_none_unless_given_as_vllms_fs_tier(tmp_path: Path) -> None:
                         config=file_config(tmp_path / "t"))
     assert tier.locality is None
     tier.shutdown()
+
+
+def test_a_removed_event_names_the_chunks_our_tiers_no_longer_hold(tmp_path: Path) -> None:
+    tier = events_tier(tmp_path)
+    tier.submit_store(job(1, KEYS[:3], [0, 1, 2], False))
+    assert finish(tier, 1).success
+    assert [e.removed for e in tier.take_events()] == [False]
+    assert tier.cache is not None
+    nvme = tier.cache.tiers[0]
+    nvme.resize(nvme.used - 1)  # the tier's own eviction: at least one chunk goes
+    nvme.discard([tier._key(KEYS[2])])  # and one given up (an engine's replacing=, a stager's)
+    gone = [k for k in KEYS[:3] if not tier.cache.exists([tier._key(k)])[0]]
+    assert KEYS[2] in gone and len(gone) >= 2
+    events = list(tier.take_events())
+    assert len(events) == 1 and events[0].removed and events[0].medium is Medium.STORAGE
+    assert sorted(events[0].keys) == sorted(gone)  # every chunk gone, once, and none still here
+    assert list(tier.take_events()) == []
+    tier.shutdown()
+
+
+def test_a_removed_chunk_stored_again_before_vllm_takes_events_is_not_reported_removed(tmp_path: Path) -> None:
+    tier = events_tier(tmp_path)
+    tier.submit_store(job(1, KEYS[:1], [0], False))
+    assert finish(tier, 1).success
+    assert tier.cache is not None
+    tier.cache.tiers[0].discard([tier._key(KEYS[0])])
+    tier.submit_store(job(2, KEYS[:1], [0], False))
+    assert finish(tier, 2).success
+    events = list(tier.take_events())
+    assert [(e.keys, e.removed) for e in events] == [(KEYS[:1], False), (KEYS[:1], False)]
+    tier.shutdown()
+
+
+def test_no_removal_listener_unless_kv_events_are_on(tmp_path: Path) -> None:
+    tier = events_tier(tmp_path, events_on=False)
+    assert tier.cache is not None and not tier.cache.tiers[0].removal_listeners
+    tier.shutdown()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
@@ -67,6 +68,8 @@ DEMOTE_MARGIN_SHARE = 0.4
 MAX_DEFERRED_LOOKUPS = 65536
 #: KV events held for vLLM's next ``take_events`` at most (oldest dropped, counted in ``events_dropped``)
 MAX_PENDING_EVENTS = 4096
+#: chunks our tiers removed, held for the next ``take_events`` at most (the rest counted in ``removals_dropped``)
+MAX_PENDING_REMOVALS = 65536
 _ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
@@ -237,6 +240,10 @@ class LifeboatTier(SecondaryTierManager):
         # both this entry and vLLM's global KV events ask for them, vLLM's fs tier's rule
         self._events: deque[OffloadingEvent] | None = None
         self.events_dropped = 0
+        # keys our tiers removed (told on their threads by the cache's removal listener)
+        self._removed: list[BlockKey] = []
+        self._removed_lock = threading.Lock()
+        self.removals_dropped = 0
         if enable_kv_events:
             if getattr(getattr(offloading_spec, "kv_events_config", None), "enable_kv_cache_events", False):
                 self._events = deque()
@@ -252,6 +259,8 @@ class LifeboatTier(SecondaryTierManager):
                                              self.namespace.id, [t.name for t in cache.tiers], self._payload_bytes))
         except LifeboatTierError as exc:
             raise _typed(exc) from exc.__cause__
+        if self.cache is not None and self._events is not None:
+            self.cache.listen_removed(self.namespace.id, self._on_removed)
 
     # ------------------------------------------------------------------ set-up
 
@@ -528,13 +537,39 @@ class LifeboatTier(SecondaryTierManager):
             self.events_dropped += 1
         events.append(OffloadingEvent(keys=stored, medium=self.medium, removed=False, locality=self.locality))
 
+    def _on_removed(self, keys: list[BlockKey]) -> None:
+        """The cache's removal listener (a tier's I/O thread): note the keys, nothing more here.
+
+        Bounded: past ``MAX_PENDING_REMOVALS`` keys waiting for vLLM the rest are counted, not kept.
+        """
+        with self._removed_lock:
+            room = MAX_PENDING_REMOVALS - len(self._removed)
+            if len(keys) > room:
+                self.removals_dropped += len(keys) - max(0, room)
+                keys = keys[:max(0, room)]
+            self._removed.extend(keys)
+
     def take_events(self) -> Iterable[OffloadingEvent]:
-        """The KV events since the last call, oldest first (none unless KV events are enabled)."""
+        """The KV events since the last call, oldest first (none unless KV events are enabled).
+
+        Stored events first, then one removed event for the chunks a tier removed that the
+        cache holds nowhere now (a chunk evicted from one tier may still be in a tier below,
+        or stored again since): after these events a consumer's view is the cache's.
+        """
         events = self._events
-        if not events:
+        if events is None:
             return []
         out = list(events)
         events.clear()
+        if self._removed:
+            with self._removed_lock:
+                removed, self._removed = self._removed, []
+            cache = self.cache
+            held = cache.presence(removed) if cache is not None else [False] * len(removed)
+            gone = list(dict.fromkeys(OffloadKey(k.digest) for k, here in zip(removed, held, strict=True)
+                                      if here is not True))
+            if gone:
+                out.append(OffloadingEvent(keys=gone, medium=self.medium, removed=True, locality=self.locality))
         return out
 
     def _hints(self, keys: list[OffloadKey], req_context: ReqContext) -> list[BlockHint | None]:
@@ -717,7 +752,7 @@ class LifeboatTier(SecondaryTierManager):
         ours = threads + self._engine_thread_cpu_s
         return {"chunks_stored": self._chunks_stored, "chunks_loaded": self._chunks_loaded,
                 **{f"exclusive_{name}": n for name, n in self.exclusive_counts.items()},
-                "kv_events_dropped": self.events_dropped,
+                "kv_events_dropped": self.events_dropped, "kv_removals_dropped": self.removals_dropped,
                 "tier_threads_s": round(threads, 3), "engine_thread_s": round(self._engine_thread_cpu_s, 6),
                 "ours_per_1000_chunks_s": round(1000 * ours / moved, 3) if moved else 0.0,
                 "process_s": round(process_cpu_seconds() - self._process_cpu_at_start, 3)}
@@ -730,6 +765,7 @@ class LifeboatTier(SecondaryTierManager):
         log.info("lifeboatcache tier cpu: %s", json.dumps(self.cpu_report()))
         if self._lookup_pool is not None:
             self._lookup_pool.shutdown(wait=True, cancel_futures=True)
+        self.cache.listen_removed(self.namespace.id, None)
         self.cache.close()
         self.cache = None
         # release our export of the primary view: vLLM closes its mmap right after this
