@@ -34,3 +34,18 @@ def test_evicted_and_discarded_blocks_are_told_to_their_namespaces_listener(tmp_
         heard.clear()
         cache.tiers[0].discard(keys(1, start=18))
         assert heard == []
+
+
+def test_a_block_whose_file_vanished_or_that_was_dropped_from_the_index_is_told(tmp_path: Path) -> None:
+    heard: list[BlockKey] = []
+    with open_cache(tmp_path, file_tier(tmp_path / "t")) as cache:
+        cache.listen_removed("testns", heard.extend)
+        ks = keys(3)
+        assert cache.put(ks, blobs(3, 1000)) == [True] * 3
+        nvme = cache.tiers[0]
+        assert nvme.backend is not None
+        Path(nvme.backend.path_of(ks[0])).unlink()  # deleted behind our back: found out at the read
+        assert cache.get(ks[:1], [bytearray(1000)]) == [False]
+        assert heard == ks[:1]
+        nvme.drop_from_index(ks[1:2])  # a check found it gone
+        assert heard == ks[:2]

@@ -242,6 +242,8 @@ class Tier:
         with self.lock:
             for key in keys:
                 self._forget(key)
+        if keys and self.removal_listeners:
+            self._tell_removed(keys)
 
     def set_aside(self, key: BlockKey, reason: str) -> None:
         """A damaged block: quarantine it and count it; it will be a miss."""
@@ -635,8 +637,11 @@ class Tier:
                     raise CorruptBlockError(f"codec {meta.codec} rejected the payload: {exc}") from exc
         except KeyError:
             with self.lock:
-                if key in self.index:
+                gone = key in self.index
+                if gone:
                     self._forget(key)
+            if gone and self.removal_listeners:  # its file vanished under us
+                self._tell_removed([key])
             return None
         except TamperedBlockError as exc:
             self._tampered(key, exc.reason)
@@ -689,6 +694,8 @@ class Tier:
         with self.lock:
             self.stats.tampered_blocks += 1
             self._forget(key)
+        if self.removal_listeners:
+            self._tell_removed([key])
         log.warning("tier %s: block %s… failed its keyed integrity check (%s): set aside, served as a miss",
                     self.name, key.hex[:16], reason)
         try:
