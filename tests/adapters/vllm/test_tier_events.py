@@ -102,9 +102,11 @@ def test_a_removed_event_names_the_chunks_our_tiers_no_longer_hold(tmp_path: Pat
     assert tier.cache is not None
     nvme = tier.cache.tiers[0]
     nvme.resize(nvme.used - 1)  # the tier's own eviction: at least one chunk goes
-    nvme.discard([tier._key(KEYS[2])])  # and one given up (an engine's replacing=, a stager's)
+    left = [k for k in KEYS[:3] if tier.cache.exists([tier._key(k)])[0]]
+    assert 0 < len(left) < 3
+    nvme.discard([tier._key(left[0])])  # and one given up (an engine's replacing=, a stager's)
     gone = [k for k in KEYS[:3] if not tier.cache.exists([tier._key(k)])[0]]
-    assert KEYS[2] in gone and len(gone) >= 2
+    assert left[0] in gone and len(gone) >= 2
     events = list(tier.take_events())
     assert len(events) == 1 and events[0].removed and events[0].medium is Medium.STORAGE
     assert sorted(events[0].keys) == sorted(gone)  # every chunk gone, once, and none still here
