@@ -220,6 +220,14 @@ class EngineConfig(StrictModel):
     #: load. Measured (bench/results/grid-2026-12-01-r5): unbounded disk TTFT 4.49 s on vs
     #: 5.12 s off (vllm-fs 4.51 s), bounded disk 1.13x vs 1.00x of vllm-fs
     defer_promotions: bool = True
+    #: vLLM native mode: the share of vLLM's CPU-tier rows that promotions from here may fill for
+    #: requests not yet scheduled. vLLM promotes a waiting request's whole prefix as soon as a
+    #: lookup of it hits here, for every waiting request it scans in a step; past what its CPU
+    #: tier holds, later promotions evict earlier ones before their requests run (loaded again,
+    #: or a row it cannot allocate: a miss, and the rest of that prompt is recomputed). A request
+    #: whose chunks here would not fit in the budget beside those already promoted for others is
+    #: answered RETRY until they are scheduled; one request is always let through. 0: off.
+    promotion_budget: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
 class DashboardConfig(StrictModel):

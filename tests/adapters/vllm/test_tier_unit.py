@@ -609,3 +609,41 @@ def test_hints_and_hit_tokens_follow_each_kv_groups_own_chunk_span(tmp_path: Pat
     assert len({h.tag for h in hints[:4]}) == 1  # type: ignore[union-attr]
     assert tier._tokens_of(small[0]) == span_small and tier._tokens_of(large[0]) == span_large
     tier.shutdown()
+
+
+def test_promotion_budget_holds_back_a_request_whose_chunks_would_not_fit_beside_earlier_promotions(
+        tmp_path: Path) -> None:
+    """engine.promotion_budget: a HIT makes vLLM allocate a CPU-tier row at once, for every waiting
+    request it scans; past the budget (here half of 8 rows) a request waits (RETRY) until the
+    requests let through before it are scheduled or finish. The first one always gets through."""
+    keys = [bytes([0x40 + i]) * 32 + b"\0\0\0\0" for i in range(8)]
+    a_keys, b_keys, c_keys = keys[:3], keys[3:6], keys[6:7]
+    for budget in (0.5, 0.0):
+        tier, region = make_tier(file_config(tmp_path / f"t{budget}", defer_promotions=False,
+                                             promotion_budget=budget))
+        region[:, :PAYLOAD] = 5
+        tier.submit_store(job(1, keys[:4], [0, 1, 2, 3], False))
+        assert finish(tier, 1).success
+        tier.submit_store(job(2, keys[4:], [4, 5, 6, 7], False))
+        assert finish(tier, 2).success
+        a, b, c = chain_context("a", a_keys), chain_context("b", b_keys), chain_context("c", c_keys)
+        step = [[tier.lookup(k, ctx) for k in ctx_keys] for ctx, ctx_keys in ((a, a_keys), (b, b_keys), (c, c_keys))]
+        hit, retry = LookupResult.HIT, LookupResult.RETRY
+        if budget == 0.0:  # off: every chunk here is promoted at once
+            assert step == [[hit] * 3, [hit] * 3, [hit]]
+            tier.shutdown()
+            continue
+        # a goes first (3 of 4 rows); b's 3 chunks would not fit beside them, c's one does
+        assert step == [[hit] * 3, [retry] * 3, [hit]]
+        tier.on_schedule_end(SimpleNamespace(new_req_ids=["c"]))  # c scheduled: its row is free again
+        assert [tier.lookup(k, b) for k in b_keys] == [retry] * 3  # a is not scheduled yet: b still waits
+        tier.on_schedule_end(SimpleNamespace(new_req_ids=["a"]))
+        assert [tier.lookup(k, b) for k in b_keys] == [hit] * 3
+        d = chain_context("d", a_keys)
+        assert tier.lookup(a_keys[0], d) is retry  # b holds 3 rows now
+        tier.on_request_finished(b)  # finished (or aborted) before it was scheduled: frees its rows too
+        tier.on_schedule_end(SimpleNamespace(new_req_ids=[]))
+        assert tier.lookup(a_keys[0], d) is hit
+        report = tier.cpu_report()
+        assert (report["promotions_admitted"], report["promotions_held_back"]) == (4, 3)
+        tier.shutdown()

@@ -212,6 +212,14 @@ class LifeboatTier(SecondaryTierManager):
         self._step = 0
         self._asked: dict[OffloadKey, list[int]] = {}
         self._askers: dict[str, set[OffloadKey]] = {}
+        # promotion_budget: chunks answered HIT here per request let through and not scheduled yet
+        # (each takes one row of vLLM's CPU tier; a chunk promoted again took the row it lost),
+        # their count, the requests held back in this scheduler step, and the rows the budget allows
+        self._promoting: dict[str, set[OffloadKey]] = {}
+        self._promoting_total = 0
+        self._held_back: set[str] = set()
+        self._promotion_rows = 0
+        self.promotion_counts = {"admitted": 0, "held_back": 0}
         # per request: store jobs still in flight, and the recency update waiting for them
         self._stores_in_flight: dict[str, int] = {}
         self._touch_after: dict[str, list[BlockKey]] = {}
@@ -285,6 +293,7 @@ class LifeboatTier(SecondaryTierManager):
         self._layout = self._chunk_layout(offloading_spec, self.namespace)
         self._exclusive = settings.engine.exclusive_when_full
         self._defer_promotions = settings.engine.defer_promotions
+        self._promotion_rows = int(self._primary_rows.shape[0] * settings.engine.promotion_budget)
         return settings
 
     #: what the tier says when it cannot start (lifeboatcache_core.engine.open_for_engine)
@@ -354,6 +363,8 @@ class LifeboatTier(SecondaryTierManager):
                     entry[1] += 1
                 if entry[0] == self._step:
                     return LookupResult.RETRY  # HIT from the next step on (see engine.defer_promotions)
+            if known and self._promotion_rows and not self._may_promote(cache, key, req_context):
+                return LookupResult.RETRY  # held back until earlier promotions are scheduled
             return self._answer(cache, key, known)
         # Only storage can tell (a restarted tier still indexing, a shared tier another node
         # writes): the existence check runs off the scheduler thread and vLLM asks again.
@@ -365,12 +376,62 @@ class LifeboatTier(SecondaryTierManager):
             return LookupResult.RETRY
         if not future.done():
             return LookupResult.RETRY
+        found = future.result()
+        if found and self._promotion_rows and not self._may_promote(cache, key, req_context):
+            return LookupResult.RETRY  # the answer is kept for the next ask
         del self._lookups[key]
-        return self._answer(cache, key, future.result())
+        return self._answer(cache, key, found)
+
+    def _may_promote(self, cache: TieredCache, key: OffloadKey, req_context: ReqContext) -> bool:
+        """``engine.promotion_budget``: may vLLM promote this chunk of this request from here now?
+
+        A HIT makes vLLM allocate a row of its CPU tier for the chunk at once, and it scans every
+        waiting request in a step: with more promoted than that tier holds, later promotions evict
+        earlier ones before their requests are scheduled (each is loaded again, or finds no row:
+        a miss, and the rest of its prompt is recomputed). So a request is let through only if
+        the chunks it would take from here fit beside those let through for requests not yet
+        scheduled; the first one always is, so one request at a time can always proceed. The
+        decision for a held-back request stands for the rest of the step (it costs one pass over
+        its chain). True counts the chunk (once per request) against the budget until the request
+        is scheduled.
+        """
+        req_id = req_context.req_id
+        taken = self._promoting.get(req_id)
+        if taken is None:
+            if req_id in self._held_back:
+                return False
+            if self._promoting and self._promoting_total + self._chunks_here_from(cache, key, req_context) \
+                    > self._promotion_rows:
+                self._held_back.add(req_id)
+                self.promotion_counts["held_back"] += 1
+                return False
+            taken = self._promoting[req_id] = set()
+            self.promotion_counts["admitted"] += 1
+        if key not in taken:
+            taken.add(key)
+            self._promoting_total += 1
+        return True
+
+    def _chunks_here_from(self, cache: TieredCache, key: OffloadKey, req_context: ReqContext) -> int:
+        """Chunks of the request from ``key`` on (its chain, every KV group) that our tiers hold."""
+        positions = key_positions(req_context)
+        start = positions.get(key)
+        if start is None:
+            return 1
+        later = [self._key(k) for k, end in positions.items() if end >= start]
+        return sum(1 for here in cache.presence(later) if here)
+
+    def _promotions_done(self, req_id: str) -> None:
+        """The request was scheduled (its chunks are in device KV) or finished: its budget is free."""
+        self._promoting_total -= len(self._promoting.pop(req_id, ()))
 
     def on_schedule_end(self, context: Any) -> None:
-        """A scheduler step ended: chunks first asked for in it are answered from now on."""
+        """A scheduler step ended: chunks first asked for in it are answered from now on, requests
+        scheduled in it give back their promotion budget, and held-back requests are decided anew."""
         self._step += 1
+        self._held_back.clear()
+        for req_id in getattr(context, "new_req_ids", ()):
+            self._promotions_done(req_id)
         if len(self._asked) > MAX_DEFERRED_LOOKUPS:  # bound: a dropped chunk's next ask waits a step again
             for key in list(self._asked)[: len(self._asked) // 2]:
                 del self._asked[key]
@@ -685,6 +746,7 @@ class LifeboatTier(SecondaryTierManager):
         the touch as newest-of-all; the touch then waits for them (``_store_finished``).
         """
         self._forget_asked(req_context.req_id)
+        self._promotions_done(req_context.req_id)
         cache = self.cache
         if cache is None:
             return
@@ -752,6 +814,7 @@ class LifeboatTier(SecondaryTierManager):
         ours = threads + self._engine_thread_cpu_s
         return {"chunks_stored": self._chunks_stored, "chunks_loaded": self._chunks_loaded,
                 **{f"exclusive_{name}": n for name, n in self.exclusive_counts.items()},
+                **{f"promotions_{name}": n for name, n in self.promotion_counts.items()},
                 "kv_events_dropped": self.events_dropped, "kv_removals_dropped": self.removals_dropped,
                 "tier_threads_s": round(threads, 3), "engine_thread_s": round(self._engine_thread_cpu_s, 6),
                 "ours_per_1000_chunks_s": round(1000 * ours / moved, 3) if moved else 0.0,
