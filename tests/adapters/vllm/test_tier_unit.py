@@ -647,3 +647,21 @@ def test_promotion_budget_holds_back_a_request_whose_chunks_would_not_fit_beside
         report = tier.cpu_report()
         assert (report["promotions_admitted"], report["promotions_held_back"]) == (4, 3)
         tier.shutdown()
+
+
+def test_promotion_budget_stays_on_for_a_cpu_tier_of_one_row(tmp_path: Path) -> None:
+    """Half of one row rounds down to none; that must not turn the budget off silently."""
+    keys = [bytes([0x60 + i]) * 32 + b"\0\0\0\0" for i in range(2)]
+    region = np.zeros((1, SLOT), np.uint8)
+    region[:, :PAYLOAD] = 5
+    tier = LifeboatTier(stub_spec(), memoryview(region), "LifeboatTier",
+                        config=file_config(tmp_path / "t", defer_promotions=False, promotion_budget=0.5))
+    for job_id, key in enumerate(keys, start=1):
+        tier.submit_store(job(job_id, [key], [0], False))
+        assert finish(tier, job_id).success
+    a, b = chain_context("a", keys[:1]), chain_context("b", keys[1:])
+    assert tier.lookup(keys[0], a) is LookupResult.HIT
+    assert tier.lookup(keys[1], b) is LookupResult.RETRY  # the one row is promised to a
+    tier.on_schedule_end(SimpleNamespace(new_req_ids=["a"]))
+    assert tier.lookup(keys[1], b) is LookupResult.HIT
+    tier.shutdown()

@@ -293,7 +293,9 @@ class LifeboatTier(SecondaryTierManager):
         self._layout = self._chunk_layout(offloading_spec, self.namespace)
         self._exclusive = settings.engine.exclusive_when_full
         self._defer_promotions = settings.engine.defer_promotions
-        self._promotion_rows = int(self._primary_rows.shape[0] * settings.engine.promotion_budget)
+        # at least one row when the budget is on: a tiny CPU tier must not silently turn it off
+        budget = settings.engine.promotion_budget
+        self._promotion_rows = max(1, int(self._primary_rows.shape[0] * budget)) if budget else 0
         return settings
 
     #: what the tier says when it cannot start (lifeboatcache_core.engine.open_for_engine)
