@@ -48,6 +48,7 @@ from typing import Any, Protocol, runtime_checkable
 from lifeboatcache_core.abc import BlockHint, EvictionPolicy, KVLayout
 from lifeboatcache_core.config import StagingConfig, TierConfig
 from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.stats import StoreOutcome
 from lifeboatcache_core.threads import name_os_thread
 
 log = logging.getLogger("lifeboatcache")
@@ -87,7 +88,7 @@ class StagingTier(Protocol):
     def fetch(self, key: BlockKey, dest: memoryview) -> Any: ...
 
     def store(self, key: BlockKey, raw: memoryview, layout: KVLayout | None, hint: BlockHint | None, *,
-              evictable: Callable[[BlockKey], bool] | None = None) -> bool: ...
+              evictable: Callable[[BlockKey], bool] | None = None) -> StoreOutcome: ...
 
     def discard(self, keys: Sequence[BlockKey]) -> int: ...
 

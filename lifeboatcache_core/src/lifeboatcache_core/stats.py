@@ -16,6 +16,7 @@ import bisect
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
@@ -31,6 +32,25 @@ CACHE_COUNTER_NAMES = (
     "lookup_hit_tokens", "lookup_miss_tokens", "put_blocks", "unstable_skipped", "staged_bytes",
     "staged_used_bytes", "staged_wasted_bytes", "staged_late_arrivals",
 )
+
+
+class StoreOutcome(Enum):
+    """What ``Tier.store`` did with one block.
+
+    Truthy exactly when the tier holds the block after the call (``STORED``, ``HELD``), so
+    ``if tier.store(...)`` reads as "the tier has it". The falsy three are told apart for the
+    caller that acts on them: a bypassed block goes to the write-back tier below
+    (``TieredCache.submit_put``); one declined for room or failed does not.
+    """
+
+    STORED = "stored"  #: written now (``stats.puts``)
+    HELD = "held"  #: already indexed (content-addressed: the same bytes); only touched
+    BYPASSED = "bypassed"  #: the policy's ``admit`` said no: nothing stored, nothing evicted (``stats.bypassed``)
+    DECLINED = "declined"  #: no room: too big, a victim refused (``keep_prefixes``, ``evictable``), or full
+    FAILED = "failed"  #: the tier is down, or the codec, backend or a shared store failed
+
+    def __bool__(self) -> bool:
+        return self is StoreOutcome.STORED or self is StoreOutcome.HELD
 
 
 @dataclass

@@ -23,7 +23,7 @@ from lifeboatcache_core.integrity import BlockSigner, TamperedBlockError
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.prefixes import PrefixGuard
 from lifeboatcache_core.recovery import RecoveryProgress, recover
-from lifeboatcache_core.stats import OPS, LatencyHistogram, TierSample, TierStats, frozen
+from lifeboatcache_core.stats import OPS, LatencyHistogram, StoreOutcome, TierSample, TierStats, frozen
 from lifeboatcache_core.threads import name_os_thread, start_background_thread
 
 if TYPE_CHECKING:
@@ -400,27 +400,28 @@ class Tier:
     # ------------------------------------------------------------------ put
 
     def store(self, key: BlockKey, raw: memoryview, layout: KVLayout | None, hint: BlockHint | None, *,
-              evictable: Callable[[BlockKey], bool] | None = None) -> bool:
-        """Encode and store one block; False (never an exception) when it could not be stored.
+              evictable: Callable[[BlockKey], bool] | None = None) -> StoreOutcome:
+        """Encode and store one block; what happened, never an exception (``StoreOutcome``:
+        truthy when the tier holds the block now, stored or already held).
 
         ``evictable`` (a stager's store) vetoes victims: the block then goes only into free room
         or over victims it accepts, and never waits for in-flight writes (see ``_reserve``).
         """
         backend = self.backend
         if not self.up or backend is None:
-            return False
+            return StoreOutcome.FAILED
         if key in self.index:  # content-addressed: same key, same bytes
             held = self._row_held(key)
             if held is None:
-                return False
+                return StoreOutcome.FAILED
             if held:
                 with self.lock:
                     self.policy.touch(key)
-                return True
+                return StoreOutcome.HELD
         with self.lock:
             if not self.policy.admit(key, raw.nbytes, hint):  # bypass: store nothing, evict nothing
                 self.stats.bypassed += 1
-                return False
+                return StoreOutcome.BYPASSED
         codec = self._codec_now(backend)  # one codec for encode and meta, even if replace_codec runs meanwhile
         try:
             pieces, params = codec.encode(raw, layout)
@@ -429,13 +430,13 @@ class Tier:
             log.warning("tier %s: codec %s failed to encode: %s", self.name, codec.tag, exc)
             with self.lock:
                 self.stats.errors += 1
-            return False
+            return StoreOutcome.FAILED
         payload_len = sum(memoryview(p).nbytes for p in pieces)
         estimate = payload_len + BLOCK_OVERHEAD
         depth = hint.depth if hint is not None and self.cfg.keep_prefixes else None
         victims = self._reserve(key, estimate, backend, depth, evictable)
         if victims is None:
-            return False
+            return StoreOutcome.DECLINED
         self._drop(victims)
         meta = BlockMeta.new(key, raw.nbytes, codec=codec.tag, codec_params=params,
                              tag=hint.tag if hint else None)
@@ -451,7 +452,7 @@ class Tier:
                 self.reserved -= estimate
                 self._space.notify_all()
             self._io_error(exc)
-            return False
+            return StoreOutcome.FAILED
         if evicted:  # by a shared store, fleet-wide: rows gone, blocks deleted now (no lock held)
             with self.lock:
                 dropped = [(victim, self._forget(victim, row_gone=True)) for victim in evicted]
@@ -472,7 +473,7 @@ class Tier:
             self.stats.bytes_written += stored
             self.stats.raw_bytes_written += raw.nbytes
         self._io_ok()
-        return True
+        return StoreOutcome.STORED
 
     def _row_held(self, key: BlockKey) -> bool | None:
         """Whether an indexed ``key`` is still stored: always on a local tier; on a shared one
