@@ -33,7 +33,7 @@ from lifeboatcache_core.plugins import get_registry
 from lifeboatcache_core.reconfigure import Plan, Reconfiguration, plan_config
 from lifeboatcache_core.registry import PluginRegistry
 from lifeboatcache_core.staging import Stager
-from lifeboatcache_core.stats import CacheSample, CacheStats, frozen
+from lifeboatcache_core.stats import CacheSample, CacheStats, StoreOutcome, frozen
 from lifeboatcache_core.threads import name_os_thread
 from lifeboatcache_core.tier import Tier, layout_from_meta
 
@@ -96,6 +96,15 @@ def stable_copy(view: memoryview, digest: bytes) -> memoryview | None:
     copy[:] = np.frombuffer(view, np.uint8)
     mine = memoryview(copy)
     return mine if payload_digest([mine]) == digest else None
+
+
+_STORED, _HELD, _BYPASSED = StoreOutcome.STORED, StoreOutcome.HELD, StoreOutcome.BYPASSED
+
+
+def _write_back_below(tier: Tier) -> Tier | None:
+    """The tier that gets ``tier``'s demotions (``Tier._drop``): the next one down, if up and write-back."""
+    lower = tier.lower
+    return lower if lower is not None and lower.write_mode == "back" and lower.up else None
 
 
 class TieredCache:
@@ -295,6 +304,11 @@ class TieredCache:
                    digests: Sequence[bytes] | None = None, replacing: Sequence[BlockKey] = ()) -> int:
         """Store blocks; returns a job id. ``ok[i]`` is True once any tier holds block ``i``.
 
+        Into the top tier and every write-through tier. A block the last of them bypasses (its
+        policy does not ``admit`` it: ``StoreOutcome.BYPASSED``) goes to the write-back tier
+        below it, which would otherwise get it only as a demotion: a copy, stored on that tier's
+        write pool after the job (``drain`` waits for it), so its ``ok`` is False.
+
         ``digests``: the buffers are memory the caller no longer owns and that may be reused
         under us (an engine's offload region, after its transfer job ended). Each buffer is then
         copied first, and only a copy whose xxh3-128 equals ``digests[i]`` is stored: a buffer
@@ -319,18 +333,30 @@ class TieredCache:
                                     [hints[i] for i in valid])
         up = self.tiers
         targets = [t for j, t in enumerate(up) if j == 0 or t.write_mode == "through"]
+        # A block the last target bypasses goes to the write-back tier below it (which would
+        # otherwise get it only as that tier's demotion); one an upper target bypasses is held
+        # by the write-through tier below it already.
+        last = targets[-1] if targets else None
+        below = _write_back_below(last) if last is not None else None
 
         given_up = [k for k in replacing if self._valid(k)]
 
         def work(tier: Tier, part: list[int]) -> None:
             if given_up:
                 tier.discard(given_up, demote=False)
+            down = below if tier is last else None
             for i in part:
                 view = views[i] if digests is None else stable_copy(views[i], digests[i])
                 if view is None:
                     self.telemetry.add(unstable_skipped=1)
-                elif tier.store(keys[i], view, layout, hints[i] if hints else None):
+                    continue
+                outcome = tier.store(keys[i], view, layout, hints[i] if hints else None)
+                if outcome is _STORED or outcome is _HELD:  # = bool(outcome), without a Python call per block
                     job.ok[i] = True
+                elif outcome is _BYPASSED and down is not None:
+                    # the caller owns its buffer again once the job ends: the store below gets a copy
+                    self._store_below(down, keys[i], view if digests is not None else memoryview(bytes(view)),
+                                      layout, hints[i] if hints else None)
 
         for tier in targets:
             self._spread(job, tier, valid, work, serial=bool(given_up))
@@ -413,6 +439,23 @@ class TieredCache:
             with self._lock:
                 self._background.add(fut)
             fut.add_done_callback(self._background_done)
+
+    def _store_below(self, tier: Tier, key: BlockKey, data: memoryview, layout: KVLayout | None,
+                     hint: BlockHint | None) -> None:
+        """Store a block the tier above bypassed into write-back ``tier``, on its write pool (nobody
+        waits for it; ``drain`` does); a bypass there sends it on to the write-back tier below."""
+        def run() -> None:
+            if tier.store(key, data, layout, hint) is StoreOutcome.BYPASSED:
+                lower = _write_back_below(tier)
+                if lower is not None:
+                    self._store_below(lower, key, data, layout, hint)
+        try:
+            fut = tier.write_pool.submit(run)
+        except RuntimeError:  # pool shut down (closing)
+            return
+        with self._lock:
+            self._background.add(fut)
+        fut.add_done_callback(self._background_done)
 
     def _background_done(self, fut: Future[Any]) -> None:
         with self._lock:
