@@ -125,3 +125,26 @@ def test_a_block_every_write_back_tier_but_the_last_bypasses_goes_down_to_the_la
         assert k not in top.index and k not in middle.index and k in low.index
         out = [bytearray(4096)]
         assert cache.get([k], out) == [True] and out[0] == data[0]
+
+
+class RefusesAll(LRUPolicy):
+    """Bypasses every new block (demotions carry no hint)."""
+
+    def admit(self, key: BlockKey, size: int, hint: BlockHint | None = None) -> bool:
+        return False
+
+
+def test_a_demotion_the_write_back_tier_below_bypasses_goes_on_down(tmp_path: Path) -> None:
+    mid = {**file_tier(tmp_path / "mid", write="back"), "name": "mid"}
+    bottom = {**file_tier(tmp_path / "bottom", write="back"), "name": "bottom"}
+    with open_cache(tmp_path, DRAM, mid, bottom) as cache:
+        top, middle, low = cache.all_tiers
+        with middle.lock:
+            middle.policy = RefusesAll()
+        (k,), data = keys(1), blobs(1, 4096)
+        assert cache.put([k], data) == [True] and k in top.index
+        top.discard([k])  # evicted from the top: demoted into mid, which bypasses it
+        cache.drain()
+        assert middle.stats.bypassed == 1 and k not in middle.index and k in low.index
+        out = [bytearray(4096)]
+        assert cache.get([k], out) == [True] and out[0] == data[0]

@@ -602,7 +602,14 @@ class Tier:
             self._codec_for(meta.codec).decode(payload, meta.codec_params, layout_from_meta(meta), memoryview(raw))
         except (KeyError, OSError, LifeboatError, ValueError):
             return
-        lower.store(key, memoryview(raw), layout_from_meta(meta), None)
+        layout = layout_from_meta(meta)
+        # a write-back tier whose policy bypasses the block hands it on to the one below it, as
+        # TieredCache.submit_put does with a bypassed put: not worth the room there is not "drop it"
+        while lower.store(key, memoryview(raw), layout, None) is StoreOutcome.BYPASSED:
+            below = lower.lower
+            if below is None or below.write_mode != "back" or not below.up:
+                return
+            lower = below
 
     # ------------------------------------------------------------------ get
 
