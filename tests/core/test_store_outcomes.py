@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lifeboatcache_core.abc import BlockHint
 from lifeboatcache_core.builtin.lru import LRUPolicy
+from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.tier import Tier
 
@@ -27,6 +28,13 @@ class RefusesTagged(LRUPolicy):
 
     def admit(self, key: BlockKey, size: int, hint: BlockHint | None = None) -> bool:
         return hint is None or hint.tag != "bypass"
+
+
+def dram_over_two_file_tiers(tmp_path: Path, bottom_write: str) -> TieredCache:
+    """DRAM on top, a write-back file tier ``mid`` below it, and ``bottom`` (``bottom_write``) under that."""
+    mid = {**file_tier(tmp_path / "mid", write="back"), "name": "mid"}
+    bottom = {**file_tier(tmp_path / "bottom", write=bottom_write), "name": "bottom"}
+    return open_cache(tmp_path, DRAM, mid, bottom)
 
 
 def refuse_tagged(tier: Tier) -> None:
@@ -99,9 +107,7 @@ def test_the_store_below_does_not_read_the_callers_buffer_after_the_job_ended(tm
 
 
 def test_a_block_a_write_through_tier_below_takes_is_not_also_sent_to_a_write_back_tier(tmp_path: Path) -> None:
-    mid = {**file_tier(tmp_path / "mid", write="back"), "name": "mid"}
-    bottom = {**file_tier(tmp_path / "bottom", write="through"), "name": "bottom"}
-    with open_cache(tmp_path, DRAM, mid, bottom) as cache:
+    with dram_over_two_file_tiers(tmp_path, bottom_write="through") as cache:
         top, middle, low = cache.all_tiers
         refuse_tagged(top)
         (k,) = keys(1)
@@ -112,9 +118,7 @@ def test_a_block_a_write_through_tier_below_takes_is_not_also_sent_to_a_write_ba
 
 
 def test_a_block_every_write_back_tier_but_the_last_bypasses_goes_down_to_the_last(tmp_path: Path) -> None:
-    mid = {**file_tier(tmp_path / "mid", write="back"), "name": "mid"}
-    bottom = {**file_tier(tmp_path / "bottom", write="back"), "name": "bottom"}
-    with open_cache(tmp_path, DRAM, mid, bottom) as cache:
+    with dram_over_two_file_tiers(tmp_path, bottom_write="back") as cache:
         top, middle, low = cache.all_tiers
         refuse_tagged(top)
         refuse_tagged(middle)
@@ -135,9 +139,7 @@ class RefusesAll(LRUPolicy):
 
 
 def test_a_demotion_the_write_back_tier_below_bypasses_goes_on_down(tmp_path: Path) -> None:
-    mid = {**file_tier(tmp_path / "mid", write="back"), "name": "mid"}
-    bottom = {**file_tier(tmp_path / "bottom", write="back"), "name": "bottom"}
-    with open_cache(tmp_path, DRAM, mid, bottom) as cache:
+    with dram_over_two_file_tiers(tmp_path, bottom_write="back") as cache:
         top, middle, low = cache.all_tiers
         with middle.lock:
             middle.policy = RefusesAll()
