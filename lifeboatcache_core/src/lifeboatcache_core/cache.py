@@ -101,12 +101,6 @@ def stable_copy(view: memoryview, digest: bytes) -> memoryview | None:
 _STORED, _HELD, _BYPASSED = StoreOutcome.STORED, StoreOutcome.HELD, StoreOutcome.BYPASSED
 
 
-def _write_back_below(tier: Tier) -> Tier | None:
-    """The tier that gets ``tier``'s demotions (``Tier._drop``): the next one down, if up and write-back."""
-    lower = tier.lower
-    return lower if lower is not None and lower.write_mode == "back" and lower.up else None
-
-
 class TieredCache:
     """Ordered tiers with capacity, eviction, promotion, health and metrics."""
 
@@ -337,7 +331,7 @@ class TieredCache:
         # otherwise get it only as that tier's demotion); one an upper target bypasses is held
         # by the write-through tier below it already.
         last = targets[-1] if targets else None
-        below = _write_back_below(last) if last is not None else None
+        below = last.demotion_target if last is not None else None
 
         given_up = [k for k in replacing if self._valid(k)]
 
@@ -443,14 +437,9 @@ class TieredCache:
     def _store_below(self, tier: Tier, key: BlockKey, data: memoryview, layout: KVLayout | None,
                      hint: BlockHint | None) -> None:
         """Store a block the tier above bypassed into write-back ``tier``, on its write pool (nobody
-        waits for it; ``drain`` does); a bypass there sends it on to the write-back tier below."""
-        def run() -> None:
-            if tier.store(key, data, layout, hint) is StoreOutcome.BYPASSED:
-                lower = _write_back_below(tier)
-                if lower is not None:
-                    self._store_below(lower, key, data, layout, hint)
+        waits for it; ``drain`` does); a bypass there sends it on down (``Tier.store_passing_bypass``)."""
         try:
-            fut = tier.write_pool.submit(run)
+            fut = tier.write_pool.submit(tier.store_passing_bypass, key, data, layout, hint)
         except RuntimeError:  # pool shut down (closing)
             return
         with self._lock:

@@ -568,10 +568,10 @@ class Tier:
         backend = self.backend
         if not victims or backend is None:
             return
-        lower = self.lower
-        for key, _size in victims:
-            if demote and lower is not None and lower.write_mode == "back" and lower.up:
-                self._demote(key, lower)
+        target = self.demotion_target if demote else None
+        if target is not None:
+            for key, _size in victims:
+                self._demote(key, target)
         for failure in backend.delete_many([key for key, _size in victims]):
             if failure is not None:
                 self._io_error(failure)
@@ -602,14 +602,26 @@ class Tier:
             self._codec_for(meta.codec).decode(payload, meta.codec_params, layout_from_meta(meta), memoryview(raw))
         except (KeyError, OSError, LifeboatError, ValueError):
             return
-        layout = layout_from_meta(meta)
-        # a write-back tier whose policy bypasses the block hands it on to the one below it, as
-        # TieredCache.submit_put does with a bypassed put: not worth the room there is not "drop it"
-        while lower.store(key, memoryview(raw), layout, None) is StoreOutcome.BYPASSED:
-            below = lower.lower
-            if below is None or below.write_mode != "back" or not below.up:
-                return
-            lower = below
+        lower.store_passing_bypass(key, memoryview(raw), layout_from_meta(meta), None)
+
+    @property
+    def demotion_target(self) -> Tier | None:
+        """The tier that gets this tier's evicted blocks: the next one down, if it is up and write-back."""
+        lower = self.lower
+        return lower if lower is not None and lower.write_mode == "back" and lower.up else None
+
+    def store_passing_bypass(self, key: BlockKey, raw: memoryview, layout: KVLayout | None,
+                             hint: BlockHint | None) -> StoreOutcome:
+        """``store``; a block this tier's policy bypasses goes on to its ``demotion_target``, and so on
+        down: a bypass means not worth the room in that tier, not "drop it" (demotions, and blocks
+        ``TieredCache.submit_put``'s last tier bypassed)."""
+        tier: Tier = self
+        while (outcome := tier.store(key, raw, layout, hint)) is StoreOutcome.BYPASSED:
+            below = tier.demotion_target
+            if below is None:
+                break
+            tier = below
+        return outcome
 
     # ------------------------------------------------------------------ get
 
