@@ -12,6 +12,11 @@ A block already in fp8, a block without a layout, one holding NaN/Inf, or one wh
 are so small that scales and codes would not be smaller than the input is stored as it is
 (``mode = "raw"``): the codec never makes a block worse than the engine gave it.
 
+The work is one C pass per group (``_fp8.c``: abs-max, then quantize; decode the same way back
+into the engine's dtype) with the GIL released, so the cache's I/O threads code blocks in
+parallel and never hold the engine's interpreter; this module checks the layout and params and
+transposes the rare layout whose groups are not contiguous.
+
 Payload: the scale exponents (one int8 per group, C order of the group grid), then the fp8
 codes (C order of the block). ``params`` record the format and the grouping.
 """
@@ -28,6 +33,8 @@ from lifeboatcache_core.chunkfile import Buffer
 from lifeboatcache_core.errors import CorruptBlockError
 from pydantic import Field
 
+from lifeboatcache_codec_fp8 import _fp8
+
 #: numpy dtypes of the float formats we quantize (bf16 through ml_dtypes)
 SOURCE_DTYPES: dict[str, np.dtype] = {
     "bfloat16": np.dtype(ml_dtypes.bfloat16),
@@ -42,10 +49,11 @@ FP8_LAYOUT_NAMES = {"float8_e4m3fn", "float8_e5m2"}
 #: largest finite value and relative rounding error (half an ulp) of each format
 FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
 FP8_REL_ERR = {"e4m3": 2.0**-4, "e5m2": 2.0**-3}
-#: float32 value of each of the 256 codes: a table lookup decodes 2x faster than a dtype cast
-_DECODE_TABLE = {
-    fmt: np.arange(256, dtype=np.uint8).view(dtype).astype(np.float32) for fmt, dtype in FP8_DTYPES.items()
-}
+#: the C kernel's numbers for source dtypes and formats (``_fp8.c``)
+_KIND = {"bfloat16": 0, "float16": 1, "float32": 2}
+_FORMAT = {"e4m3": 0, "e5m2": 1}
+#: an unsigned integer dtype of each element width: layouts are transposed as bits, never as floats
+_BITS = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32)}
 
 
 class Fp8Config(PluginConfig):
@@ -67,6 +75,17 @@ def _group_axes(layout: KVLayout, scale: str) -> tuple[int, ...]:
 def _scale_shape(layout: KVLayout, scale: str) -> tuple[int, ...]:
     reduced = _group_axes(layout, scale)
     return tuple(1 if i in reduced else n for i, n in enumerate(layout.shape))
+
+
+def _grouping(layout: KVLayout, scale: str) -> tuple[tuple[int, ...] | None, int]:
+    """The axis order that puts each group's elements next to each other (None where the block's own
+    order does: vLLM's (layer, block, page) rows and (kv, layer, token, head, dim) blocks alike), and
+    the number of elements in a group. The kept axes stay in their order, so the group grid's C
+    order is the same either way."""
+    reduced = _group_axes(layout, scale)
+    order = tuple(i for i in range(len(layout.shape)) if i not in reduced) + reduced
+    group = int(np.prod([layout.shape[i] for i in reduced]))
+    return (None if order == tuple(range(len(order))) else order), group
 
 
 class Fp8Codec(Codec):
@@ -93,16 +112,21 @@ class Fp8Codec(Codec):
         fmt, scale = self.options.format, self.options.scale
         if int(np.prod(_scale_shape(layout, scale))) + int(np.prod(layout.shape)) >= raw.nbytes:
             return [raw], {"mode": "raw"}  # a scale per element or two: fp8 would save nothing
-        x = np.frombuffer(raw, dtype=SOURCE_DTYPES[layout.dtype]).reshape(layout.shape).astype(np.float32)
-        amax = np.max(np.abs(x), axis=_group_axes(layout, scale), keepdims=True)
-        if not np.isfinite(amax).all():
-            return [raw], {"mode": "raw"}
-        with np.errstate(divide="ignore"):
-            exponent = np.ceil(np.log2(amax / FP8_MAX[fmt]))
-        exponent = np.clip(np.nan_to_num(exponent, neginf=0.0), -126, 127).astype(np.int8)
-        codes = np.ldexp(x, -exponent.astype(np.int32)).astype(FP8_DTYPES[fmt])
+        order, group = _grouping(layout, scale)
+        count = int(np.prod(layout.shape))
+        exponents = np.empty(count // group, dtype=np.int8)
+        codes = np.empty(count, dtype=np.uint8)
+        source: Any = raw
+        if order is not None:  # a copy with each group contiguous; the codes go back to the block's order
+            bits = np.frombuffer(raw, dtype=_BITS[SOURCE_DTYPES[layout.dtype].itemsize]).reshape(layout.shape)
+            source = np.ascontiguousarray(bits.transpose(order))
+        if not _fp8.quantize(source, _KIND[layout.dtype], group, _FORMAT[fmt], exponents, codes):
+            return [raw], {"mode": "raw"}  # NaN or Inf: no scale represents it
+        if order is not None:
+            grouped_shape = tuple(layout.shape[i] for i in order)
+            codes = np.ascontiguousarray(codes.reshape(grouped_shape).transpose(np.argsort(order)))
         params = {"mode": "fp8", "format": fmt, "scale": scale}
-        return [exponent.tobytes(), codes.view(np.uint8).tobytes()], params
+        return [memoryview(exponents.view(np.uint8)), memoryview(codes)], params
 
     def decode(self, payload: memoryview, params: dict[str, Any], layout: KVLayout | None,
                dest: memoryview) -> None:
@@ -125,7 +149,15 @@ class Fp8Codec(Codec):
         if payload.nbytes != n_scales + count:
             raise CorruptBlockError(f"fp8: payload has {payload.nbytes} bytes, expected {n_scales + count}")
         data = np.frombuffer(payload, dtype=np.uint8)
-        exponent = data[:n_scales].view(np.int8).reshape(scale_shape).astype(np.int32)
-        values = np.ldexp(_DECODE_TABLE[fmt][data[n_scales:]].reshape(layout.shape), exponent)
-        out = np.frombuffer(dest.cast("B"), dtype=SOURCE_DTYPES[layout.dtype]).reshape(layout.shape)
-        out[...] = values
+        exponents, codes = data[:n_scales], data[n_scales:]
+        order, group = _grouping(layout, scale)
+        kind, width = _KIND[layout.dtype], SOURCE_DTYPES[layout.dtype].itemsize
+        if order is None:
+            _fp8.dequantize(codes, exponents, group, _FORMAT[fmt], kind, dest.cast("B"))
+            return
+        grouped_shape = tuple(layout.shape[i] for i in order)
+        grouped = np.empty(grouped_shape, dtype=_BITS[width])
+        codes = np.ascontiguousarray(codes.reshape(layout.shape).transpose(order))
+        _fp8.dequantize(codes, exponents, group, _FORMAT[fmt], kind, grouped)
+        out = np.frombuffer(dest.cast("B"), dtype=_BITS[width]).reshape(layout.shape)
+        out[...] = grouped.transpose(np.argsort(order))
