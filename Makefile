@@ -6,7 +6,8 @@ PIP := $(PY) -m pip
 MEMBERS := lifeboatcache_core $(patsubst %/pyproject.toml,%,$(wildcard backends/*/pyproject.toml manifests/*/pyproject.toml codecs/*/pyproject.toml policies/*/pyproject.toml adapters/*/pyproject.toml)) .
 STAMP := $(VENV)/.setup-stamp
 TEST_REQS := requirements-test.txt $(wildcard */*/requirements-test.txt)
-SETUP_INPUTS := Makefile pyproject.toml setup.py lifeboatcache_core/pyproject.toml $(wildcard */*/pyproject.toml) $(wildcard .ci/setup.d/*.sh) $(TEST_REQS)
+SETUP_INPUTS := Makefile pyproject.toml setup.py lifeboatcache_core/pyproject.toml $(wildcard */*/pyproject.toml) \
+	$(wildcard */*/setup.py) $(wildcard */*/src/*/*.c) $(wildcard .ci/setup.d/*.sh) $(TEST_REQS)
 
 .PHONY: setup demo test test-fast bench lint clean
 

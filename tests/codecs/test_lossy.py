@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lifeboatcache_codec_fp8.codec import Fp8Codec, Fp8Config
-from lifeboatcache_codec_lbq.groups import pack, packed_size, unpack
 from lifeboatcache_codec_lbq.lbq import Int2Codec, LbqCodec, LbqConfig
 from lifeboatcache_codec_lbq.oscar import OscarCodec, OscarConfig
 from lifeboatcache_core.abc import Codec, KVLayout
@@ -120,15 +119,6 @@ def test_lbq_stays_within_its_bound(bits: int, group: int, tokens: int, dim: int
     out, _, _ = round_trip(codec, x, layout)
     a, b = x.astype(np.float32), out.astype(np.float32)
     assert np.max(np.abs(a - b)) <= codec.error_bound(layout) * np.max(np.abs(a)) + 1e-6
-
-
-@settings(max_examples=30, deadline=None)
-@given(bits=st.sampled_from([2, 3, 4]), count=st.integers(0, 200), seed=st.integers(0, 2**16))
-def test_bit_packing_round_trips(bits: int, count: int, seed: int) -> None:
-    codes = np.random.default_rng(seed).integers(0, 1 << bits, count, dtype=np.uint8)
-    packed = pack(codes, bits)
-    assert len(packed) == packed_size(count, bits)
-    np.testing.assert_array_equal(unpack(np.frombuffer(packed, np.uint8), bits, count), codes)
 
 
 @pytest.mark.parametrize("make", [Fp8Codec, LbqCodec, Int2Codec])

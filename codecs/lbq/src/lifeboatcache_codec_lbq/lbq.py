@@ -36,10 +36,8 @@ from lifeboatcache_codec_lbq.groups import (
     FP16_SAFE,
     dequantize_rows,
     levels,
-    pack,
     packed_size,
     quantize_rows,
-    unpack,
 )
 
 #: relative error added by float16 scale/zero rounding and by rounding back to bf16
@@ -112,8 +110,8 @@ class GroupQuantCodec(Codec):
             part = self._forward(half, x[index], layout, params)
             axis, group = self._grouping(half, layout, params)
             rows = kvarray.to_rows(part, axis, group)
-            codes, scale, zero = quantize_rows(rows, bits, self._clip(half, layout, params, rows.shape[0]))
-            pieces += [pack(codes, bits), scale.tobytes(), zero.tobytes()]
+            packed, scale, zero = quantize_rows(rows, bits, self._clip(half, layout, params, rows.shape[0]))
+            pieces += [memoryview(packed), memoryview(scale.view(np.uint8)), memoryview(zero.view(np.uint8))]
         return pieces, params
 
     def decode(self, payload: memoryview, params: dict[str, Any], layout: KVLayout | None,
@@ -143,12 +141,12 @@ class GroupQuantCodec(Codec):
         offset = 0
         for half, index, axis, n_rows, width in plan:
             size = packed_size(n_rows * width, bits)
-            codes = unpack(data[offset: offset + size], bits, n_rows * width).reshape(n_rows, width)
+            packed = data[offset: offset + size]
             offset += size
             scale = data[offset: offset + 2 * n_rows].view(np.float16)
             zero = data[offset + 2 * n_rows: offset + 4 * n_rows].view(np.float16)
             offset += 4 * n_rows
-            part = kvarray.from_rows(dequantize_rows(codes, scale, zero), shape, axis)
+            part = kvarray.from_rows(dequantize_rows(packed, bits, width, scale, zero), shape, axis)
             out[index] = self._inverse(half, part, layout, params)
         kvarray.store(out, layout, dest)
 

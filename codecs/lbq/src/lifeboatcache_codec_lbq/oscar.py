@@ -442,7 +442,7 @@ def _best_clips(y: np.ndarray) -> np.ndarray:
     rows = y.reshape(-1, y.shape[-1])
     errors = np.empty((len(CLIP_GRID), n_layer))
     for i, clip in enumerate(CLIP_GRID):
-        codes, scale, zero = quantize_rows(rows, BITS, clip)
-        squared = np.square(dequantize_rows(codes, scale, zero) - rows)
+        packed, scale, zero = quantize_rows(rows, BITS, clip)
+        squared = np.square(dequantize_rows(packed, BITS, rows.shape[1], scale, zero) - rows)
         errors[i] = squared.reshape(n_layer, -1).sum(axis=1)
     return np.asarray(CLIP_GRID, dtype=np.float32)[np.argmin(errors, axis=0)]
