@@ -170,17 +170,20 @@ def _heads_last(x: np.ndarray, axes: tuple[str, ...]) -> tuple[np.ndarray, tuple
 
 
 def _rotate(x: np.ndarray, matrices: np.ndarray) -> np.ndarray:
-    """``x[l, h] @ matrices[l, h]`` for every (layer, head).
+    """``x[l, h] @ matrices[l, h]`` for every (layer, head), in one stacked matmul.
 
-    One single-threaded BLAS call per (layer, head): numpy's stacked matmul takes a generic
-    loop that is ~100x slower for these shapes, and a multi-threaded BLAS spends longer waking
-    its threads than multiplying a 256 x 64 matrix (and stalls badly on a busy machine).
+    numpy 2 runs a stacked matmul of C-contiguous operands as one single-threaded BLAS call per
+    (layer, head) inside one ufunc loop, with the GIL released for all of it; a Python loop of
+    per-slice calls (what this was) took the GIL back 90 times per half block and was 2x slower
+    on one thread, and did not scale across the cache's I/O threads at all. A non-contiguous
+    operand would send numpy to its generic loop (~100x slower here), hence the copies (a view
+    of ``x`` with heads moved, usually). A multi-threaded BLAS spends longer waking its threads
+    than multiplying a 256 x 64 matrix (and stalls badly on a busy machine), hence the limiter.
     """
     out = np.empty(x.shape[:-1] + matrices.shape[-1:], dtype=np.float32)
     with _SINGLE_THREADED_BLAS:
-        for layer in range(x.shape[0]):
-            for head in range(x.shape[1]):
-                np.matmul(x[layer, head], matrices[layer, head], out=out[layer, head])
+        np.matmul(np.ascontiguousarray(x, dtype=np.float32), np.ascontiguousarray(matrices, dtype=np.float32),
+                  out=out)
     return out
 
 
