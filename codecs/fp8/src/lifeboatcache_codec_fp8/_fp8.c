@@ -196,44 +196,37 @@ static Py_ssize_t group_count(int kind, int fmt, Py_ssize_t bytes, Py_ssize_t n,
     return count / n;
 }
 
-static PyObject *quantize(PyObject *self, PyObject *args) {
-    Py_buffer src, exps, codes;
+/* quantize (encode) or dequantize: `in` is the source block or the codes, `out` the codes or the
+ * destination block; `exps` is written when encoding and read when decoding */
+static PyObject *transcode(PyObject *args, int encode) {
+    Py_buffer in, exps, out;
     int kind, fmt;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "y*iniw*w*", &src, &kind, &n, &fmt, &exps, &codes)) return NULL;
+    if (encode ? !PyArg_ParseTuple(args, "y*iniw*w*", &in, &kind, &n, &fmt, &exps, &out)
+               : !PyArg_ParseTuple(args, "y*y*niiw*", &in, &exps, &n, &fmt, &kind, &out))
+        return NULL;
     PyObject *result = NULL;
-    Py_ssize_t groups = group_count(kind, fmt, src.len, n, exps.len, codes.len);
+    Py_ssize_t groups = group_count(kind, fmt, encode ? in.len : out.len, n, exps.len, encode ? out.len : in.len);
     if (groups >= 0) {
-        int finite;
+        int finite = 1;
         Py_BEGIN_ALLOW_THREADS
-        finite = quantize_groups(src.buf, kind, groups, n, fmt, exps.buf, codes.buf);
+        if (encode) {
+            finite = quantize_groups(in.buf, kind, groups, n, fmt, exps.buf, out.buf);
+        } else {
+            dequantize_groups(in.buf, exps.buf, groups, n, decode_table[fmt], kind, out.buf);
+        }
         Py_END_ALLOW_THREADS
-        result = PyBool_FromLong(finite);
+        result = encode ? PyBool_FromLong(finite) : Py_NewRef(Py_None);
     }
-    PyBuffer_Release(&src);
+    PyBuffer_Release(&in);
     PyBuffer_Release(&exps);
-    PyBuffer_Release(&codes);
+    PyBuffer_Release(&out);
     return result;
 }
 
-static PyObject *dequantize(PyObject *self, PyObject *args) {
-    Py_buffer codes, exps, dst;
-    int kind, fmt;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "y*y*niiw*", &codes, &exps, &n, &fmt, &kind, &dst)) return NULL;
-    PyObject *result = NULL;
-    Py_ssize_t groups = group_count(kind, fmt, dst.len, n, exps.len, codes.len);
-    if (groups >= 0) {
-        Py_BEGIN_ALLOW_THREADS
-        dequantize_groups(codes.buf, exps.buf, groups, n, decode_table[fmt], kind, dst.buf);
-        Py_END_ALLOW_THREADS
-        result = Py_NewRef(Py_None);
-    }
-    PyBuffer_Release(&codes);
-    PyBuffer_Release(&exps);
-    PyBuffer_Release(&dst);
-    return result;
-}
+static PyObject *quantize(PyObject *self, PyObject *args) { return transcode(args, 1); }
+
+static PyObject *dequantize(PyObject *self, PyObject *args) { return transcode(args, 0); }
 
 /* the float value of each code (NaN for e4m3fn's 0x7f/0xff, inf/nan for e5m2's top exponent) */
 static void build_tables(void) {

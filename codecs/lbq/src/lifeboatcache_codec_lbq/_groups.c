@@ -15,7 +15,7 @@
  *   code = clip(rint((x - zero) * (1 / scale)), 0, L) (0 where scale <= 0);
  *   decoded = code * scale + zero.
  * Codes are packed 8 to `bits` bytes, little-endian bit order, the last run zero-padded.
- * float16 conversions are IEEE round-to-nearest-even, as numpy's.
+ * float16 conversions are IEEE round-to-nearest-even, as numpy's (the compiler's _Float16).
  *
  * quantize(rows, width, bits, clip, apply_clip, packed, scale, zero): rows float32, clip float32
  *   (one value, or one per row); packed, scale and zero are written.
@@ -29,43 +29,12 @@
 #include <string.h>
 
 static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-
-/* IEEE half to float, exact (F. Giesen's half_to_float_fast). Inline bit arithmetic, not the
- * compiler's _Float16: without F16C (not in the x86-64 baseline) each of those is a libgcc call
- * that also handles the floating-point exception flags, four per row */
-static inline float half_to_float(uint16_t h) {
-    uint32_t o = (uint32_t)(h & 0x7fff) << 13;
-    uint32_t exp = o & (0x7c00u << 13);
-    o += (uint32_t)(127 - 15) << 23;
-    if (exp == (0x7c00u << 13)) {
-        o += (uint32_t)(128 - 16) << 23;                     /* inf / nan */
-    } else if (exp == 0) {
-        o += 1u << 23;                                       /* subnormal: renormalise */
-        o = bits_of(float_of(o) - float_of(113u << 23));
-    }
-    return float_of(o | (uint32_t)(h & 0x8000) << 16);
-}
-
-/* float to IEEE half, round-to-nearest-even, overflow to inf, NaN kept: numpy's astype(float16)
- * (F. Giesen's float_to_half_fast3_rtne) */
-static inline uint16_t float_to_half(float f) {
-    uint32_t u = bits_of(f);
-    uint32_t sign = u & 0x80000000u;
-    u ^= sign;
-    uint16_t o;
-    if (u >= (uint32_t)(127 + 16) << 23) {
-        o = u > 0x7f800000u ? 0x7e00 : 0x7c00;               /* NaN, or beyond 65520: inf */
-    } else if (u < 113u << 23) {                             /* a half subnormal (or zero) */
-        const uint32_t magic = (uint32_t)((127 - 15) + (23 - 10) + 1) << 23;
-        o = (uint16_t)(bits_of(float_of(u) + float_of(magic)) - magic);
-    } else {
-        uint32_t odd = (u >> 13) & 1;
-        u += ((uint32_t)(15 - 127) << 23) + 0xfff + odd;
-        o = (uint16_t)(u >> 13);
-    }
-    return (uint16_t)(o | sign >> 16);
-}
+/* float16 through the compiler's _Float16: IEEE round-to-nearest-even, overflow to inf, as numpy's
+ * astype(float16). Without F16C (not in the x86-64 baseline) each conversion is a libgcc call; at
+ * four per row the kernel is 10-15 % slower than with inline bit arithmetic, which the fp8 codec
+ * has for its per-element fp16 and would be a second copy here */
+static inline uint16_t float_to_half(float f) { _Float16 h = (_Float16)f; uint16_t u; memcpy(&u, &h, 2); return u; }
+static inline float half_to_float(uint16_t u) { _Float16 h; memcpy(&h, &u, 2); return (float)h; }
 
 /* numpy's nextafter(h, +inf) for float16 bits */
 static inline uint16_t next_up(uint16_t b) {
@@ -90,33 +59,28 @@ static inline void unpack8(const uint8_t *packed, int bits, uint8_t *codes) {
     for (int i = 0; i < 8; i++) codes[i] = (uint8_t)((word >> (bits * i)) & mask);
 }
 
-/* whole runs of 8 without a bounds check (one loop per bit width: constant shifts), then the
- * zero-padded last run */
-static void pack(const uint8_t *codes, Py_ssize_t count, int bits, uint8_t *out) {
+/* codes to packed bytes (to_packed) or back: whole runs of 8 without a bounds check (one loop per
+ * bit width: constant shifts), then the last, zero-padded run */
+static void convert_runs(uint8_t *codes, Py_ssize_t count, int bits, uint8_t *packed, int to_packed) {
     Py_ssize_t runs = count / 8, j;
+#define RUNS(B) for (j = 0; j < runs; j++) { \
+        if (to_packed) pack8(codes + 8 * j, B, packed + (B) * j); else unpack8(packed + (B) * j, B, codes + 8 * j); }
     switch (bits) {
-    case 2: for (j = 0; j < runs; j++) pack8(codes + 8 * j, 2, out + 2 * j); break;
-    case 3: for (j = 0; j < runs; j++) pack8(codes + 8 * j, 3, out + 3 * j); break;
-    default: for (j = 0; j < runs; j++) pack8(codes + 8 * j, 4, out + 4 * j); break;
+    case 2: RUNS(2); break;
+    case 3: RUNS(3); break;
+    default: RUNS(4); break;
     }
-    if (count % 8) {
+#undef RUNS
+    size_t tail = (size_t)(count % 8);
+    if (tail) {
         uint8_t last[8] = {0};
-        memcpy(last, codes + 8 * runs, (size_t)(count % 8));
-        pack8(last, bits, out + bits * runs);
-    }
-}
-
-static void unpack(const uint8_t *packed, Py_ssize_t count, int bits, uint8_t *codes) {
-    Py_ssize_t runs = count / 8, j;
-    switch (bits) {
-    case 2: for (j = 0; j < runs; j++) unpack8(packed + 2 * j, 2, codes + 8 * j); break;
-    case 3: for (j = 0; j < runs; j++) unpack8(packed + 3 * j, 3, codes + 8 * j); break;
-    default: for (j = 0; j < runs; j++) unpack8(packed + 4 * j, 4, codes + 8 * j); break;
-    }
-    if (count % 8) {
-        uint8_t last[8];
-        unpack8(packed + bits * runs, bits, last);
-        memcpy(codes + 8 * runs, last, (size_t)(count % 8));
+        if (to_packed) {
+            memcpy(last, codes + 8 * runs, tail);
+            pack8(last, bits, packed + bits * runs);
+        } else {
+            unpack8(packed + bits * runs, bits, last);
+            memcpy(codes + 8 * runs, last, tail);
+        }
     }
 }
 
@@ -201,32 +165,52 @@ static Py_ssize_t row_count(Py_ssize_t rows_bytes, Py_ssize_t width, int bits, P
     return n_rows;
 }
 
+/* one call of either direction: rows <-> (packed codes, scales, zeros) */
+typedef struct {
+    int encode;
+    Py_ssize_t n_rows, width, n_clip;
+    int bits, apply_clip;
+    float *rows;                    /* read when encoding, written when decoding */
+    const float *clip;
+    uint8_t *packed;                /* written when encoding, read when decoding */
+    uint16_t *scale, *zero;         /* likewise */
+} Job;
+
+/* the job through a scratch of unpacked codes, the GIL released; NULL with an error set */
+static PyObject *run(const Job *job) {
+    if (job->n_rows == 0) return Py_NewRef(Py_None);
+    Py_ssize_t count = job->n_rows * job->width;
+    uint8_t *codes = malloc((size_t)count);
+    if (codes == NULL) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS
+    if (job->encode) {
+        quantize_rows(job->rows, job->n_rows, job->width, job->bits, job->clip, job->n_clip, job->apply_clip, codes,
+                      job->scale, job->zero);
+        convert_runs(codes, count, job->bits, job->packed, 1);
+    } else {
+        convert_runs(codes, count, job->bits, job->packed, 0);
+        dequantize_rows(codes, job->n_rows, job->width, job->scale, job->zero, job->rows);
+    }
+    Py_END_ALLOW_THREADS
+    free(codes);
+    return Py_NewRef(Py_None);
+}
+
 static PyObject *quantize(PyObject *self, PyObject *args) {
     Py_buffer rows, clip, packed, scale, zero;
-    Py_ssize_t width;
-    int bits, apply_clip;
-    if (!PyArg_ParseTuple(args, "y*niy*pw*w*w*", &rows, &width, &bits, &clip, &apply_clip, &packed, &scale, &zero))
+    Job job = {.encode = 1};
+    if (!PyArg_ParseTuple(args, "y*niy*pw*w*w*", &rows, &job.width, &job.bits, &clip, &job.apply_clip, &packed,
+                          &scale, &zero))
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t n_rows = row_count(rows.len, width, bits, packed.len, scale.len, zero.len);
-    Py_ssize_t n_clip = clip.len / 4;
-    if (n_rows >= 0 && (clip.len % 4 != 0 || (n_clip != 1 && n_clip != n_rows))) {
-        PyErr_Format(PyExc_ValueError, "lbq: %zd clip values for %zd rows", n_clip, n_rows);
-        n_rows = -1;
+    job.n_rows = row_count(rows.len, job.width, job.bits, packed.len, scale.len, zero.len);
+    job.n_clip = clip.len / 4;
+    if (job.n_rows >= 0 && (clip.len % 4 != 0 || (job.n_clip != 1 && job.n_clip != job.n_rows))) {
+        PyErr_Format(PyExc_ValueError, "lbq: %zd clip values for %zd rows", job.n_clip, job.n_rows);
+    } else if (job.n_rows >= 0) {
+        job.rows = rows.buf, job.clip = clip.buf, job.packed = packed.buf, job.scale = scale.buf, job.zero = zero.buf;
+        result = run(&job);
     }
-    uint8_t *codes = n_rows > 0 ? malloc((size_t)(n_rows * width)) : NULL;
-    if (n_rows > 0 && codes == NULL) {
-        PyErr_NoMemory();
-    } else if (n_rows >= 0) {
-        Py_BEGIN_ALLOW_THREADS
-        if (n_rows > 0) {
-            quantize_rows(rows.buf, n_rows, width, bits, clip.buf, n_clip, apply_clip, codes, scale.buf, zero.buf);
-            pack(codes, n_rows * width, bits, packed.buf);
-        }
-        Py_END_ALLOW_THREADS
-        result = Py_NewRef(Py_None);
-    }
-    free(codes);
     PyBuffer_Release(&rows);
     PyBuffer_Release(&clip);
     PyBuffer_Release(&packed);
@@ -237,24 +221,14 @@ static PyObject *quantize(PyObject *self, PyObject *args) {
 
 static PyObject *dequantize(PyObject *self, PyObject *args) {
     Py_buffer packed, scale, zero, out;
-    Py_ssize_t width;
-    int bits;
-    if (!PyArg_ParseTuple(args, "y*niy*y*w*", &packed, &width, &bits, &scale, &zero, &out)) return NULL;
+    Job job = {.encode = 0};
+    if (!PyArg_ParseTuple(args, "y*niy*y*w*", &packed, &job.width, &job.bits, &scale, &zero, &out)) return NULL;
     PyObject *result = NULL;
-    Py_ssize_t n_rows = row_count(out.len, width, bits, packed.len, scale.len, zero.len);
-    uint8_t *codes = n_rows > 0 ? malloc((size_t)(n_rows * width)) : NULL;
-    if (n_rows > 0 && codes == NULL) {
-        PyErr_NoMemory();
-    } else if (n_rows >= 0) {
-        Py_BEGIN_ALLOW_THREADS
-        if (n_rows > 0) {
-            unpack(packed.buf, n_rows * width, bits, codes);
-            dequantize_rows(codes, n_rows, width, scale.buf, zero.buf, out.buf);
-        }
-        Py_END_ALLOW_THREADS
-        result = Py_NewRef(Py_None);
+    job.n_rows = row_count(out.len, job.width, job.bits, packed.len, scale.len, zero.len);
+    if (job.n_rows >= 0) {
+        job.rows = out.buf, job.packed = packed.buf, job.scale = scale.buf, job.zero = zero.buf;
+        result = run(&job);
     }
-    free(codes);
     PyBuffer_Release(&packed);
     PyBuffer_Release(&scale);
     PyBuffer_Release(&zero);
