@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lifeboatcache_codec_fp8.codec import Fp8Codec, Fp8Config
 from lifeboatcache_codec_lbq.lbq import Int2Codec, LbqCodec, LbqConfig
-from lifeboatcache_codec_lbq.oscar import OscarCodec, OscarConfig
+from lifeboatcache_codec_lbq.oscar import _SINGLE_THREADED_BLAS, OscarCodec, OscarConfig
 from lifeboatcache_core.abc import Codec, KVLayout
 from lifeboatcache_core.errors import CorruptBlockError
 
@@ -235,4 +235,19 @@ def test_oscar_from_many_threads_leaves_blas_threading_as_it_was(tmp_path: Path)
     with ThreadPoolExecutor(4) as pool:
         outs = list(pool.map(lambda _: round_trip(codec, x, BLOCK)[0].tobytes(), range(4)))
     assert len(set(outs)) == 1  # one calibration, same bytes from every thread
+    assert _SINGLE_THREADED_BLAS.restored(timeout_s=10)  # after the limiter's linger
     assert blas_threads() == before
+
+
+def test_oscar_blocks_back_to_back_limit_blas_once_not_per_call(tmp_path: Path) -> None:
+    """Toggling BLAS's thread count between calls woke its worker threads, which spun on the
+    cores the codec threads needed; the limit lingers while blocks keep coming."""
+    codec = OscarCodec(OscarConfig(rotation_dir=tmp_path))
+    x = kv_like(BLOCK.shape, seed=4)
+    round_trip(codec, x, BLOCK)  # calibration
+    assert _SINGLE_THREADED_BLAS.restored(timeout_s=10)
+    before = _SINGLE_THREADED_BLAS.limited
+    for _ in range(10):
+        round_trip(codec, x, BLOCK)
+    assert _SINGLE_THREADED_BLAS.limited - before == 1
+    assert _SINGLE_THREADED_BLAS.restored(timeout_s=10)

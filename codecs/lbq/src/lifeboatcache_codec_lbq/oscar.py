@@ -44,6 +44,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -69,32 +70,62 @@ SINK_SCORE = 0.8
 #: largest head dimension we rotate (the rotation is dim x dim per layer and head)
 MAX_DIM = 1024
 class _SingleThreadedBlas:
-    """Limit BLAS to one thread while any thread is inside; restore it when the last one leaves.
+    """Limit BLAS to one thread while any thread is inside; restore it once none has been for ``linger_s``.
 
     threadpoolctl's limiter is process-wide and restores what it saw on entry, so two tier I/O
-    threads nesting it could leave BLAS limited for good; a counted limiter cannot.
+    threads nesting it could leave BLAS limited for good; a counted limiter cannot. The restore
+    lingers because codec threads enter and leave many times per block: restoring whenever the
+    count touched zero woke BLAS's own worker threads between two blocks, which then spun on the
+    cores the codec threads needed (oscar gained nothing from a second thread: 0.27 GB/s either
+    way, 0.62 with BLAS single-threaded for the whole process).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, linger_s: float = 1.0) -> None:
+        self.linger_s = linger_s
         self._lock = threading.Lock()
         self._inside = 0
         self._limiter: Any = None
         self._controller: ThreadpoolController | None = None  # finds the loaded BLAS once
+        self._restore: threading.Timer | None = None
+        #: how many times BLAS was limited (a test's view of the toggling)
+        self.limited = 0
 
     def __enter__(self) -> None:
         with self._lock:
-            if self._inside == 0:
+            if self._restore is not None:  # back within the linger: the limit still holds
+                self._restore.cancel()
+                self._restore = None
+            if self._limiter is None:
                 if self._controller is None:
                     self._controller = ThreadpoolController()
                 self._limiter = self._controller.limit(limits=1, user_api="blas")
+                self.limited += 1
             self._inside += 1
 
     def __exit__(self, *exc: object) -> None:
         with self._lock:
             self._inside -= 1
             if self._inside == 0:
+                self._restore = threading.Timer(self.linger_s, self._restore_if_idle)
+                self._restore.daemon = True
+                self._restore.start()
+
+    def _restore_if_idle(self) -> None:
+        with self._lock:
+            if self._inside == 0 and self._limiter is not None:
                 self._limiter.restore_original_limits()
                 self._limiter = None
+            self._restore = None
+
+    def restored(self, timeout_s: float) -> bool:
+        """Wait until BLAS has its original limits back (True), or ``timeout_s`` passed."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._limiter is None:
+                    return True
+            time.sleep(0.02)
+        return False
 
 
 #: around our small matmuls and eigendecompositions (see _rotate)
