@@ -83,39 +83,49 @@ class _SingleThreadedBlas:
     def __init__(self, linger_s: float = 1.0) -> None:
         self.linger_s = linger_s
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # the restorer waits on it
         self._inside = 0
+        self._idle_since = 0.0
         self._limiter: Any = None
         self._controller: ThreadpoolController | None = None  # finds the loaded BLAS once
-        self._restore: threading.Timer | None = None
+        self._restorer: threading.Thread | None = None  # one for the process, started on first use
         #: how many times BLAS was limited (a test's view of the toggling)
         self.limited = 0
 
     def __enter__(self) -> None:
         with self._lock:
-            if self._restore is not None:  # back within the linger: the limit still holds
-                self._restore.cancel()
-                self._restore = None
             if self._limiter is None:
                 if self._controller is None:
                     self._controller = ThreadpoolController()
                 self._limiter = self._controller.limit(limits=1, user_api="blas")
                 self.limited += 1
+                if self._restorer is None:
+                    self._restorer = threading.Thread(target=self._restore_when_idle, name="lifeboat-oscar-blas",
+                                                      daemon=True)
+                    self._restorer.start()
             self._inside += 1
 
     def __exit__(self, *exc: object) -> None:
         with self._lock:
             self._inside -= 1
             if self._inside == 0:
-                self._restore = threading.Timer(self.linger_s, self._restore_if_idle)
-                self._restore.daemon = True
-                self._restore.start()
+                self._idle_since = time.monotonic()
+                self._idle.notify()
 
-    def _restore_if_idle(self) -> None:
+    def _restore_when_idle(self) -> None:
+        """Restore BLAS's limits once no thread has been inside for ``linger_s`` (a wait and a notify per
+        block, not a timer thread per block)."""
         with self._lock:
-            if self._inside == 0 and self._limiter is not None:
+            while True:
+                if self._limiter is None or self._inside:
+                    self._idle.wait()
+                    continue
+                remaining = self._idle_since + self.linger_s - time.monotonic()
+                if remaining > 0:
+                    self._idle.wait(remaining)
+                    continue
                 self._limiter.restore_original_limits()
                 self._limiter = None
-            self._restore = None
 
     def restored(self, timeout_s: float) -> bool:
         """Wait until BLAS has its original limits back (True), or ``timeout_s`` passed."""
