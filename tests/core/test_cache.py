@@ -338,3 +338,60 @@ def test_store_threads_yield_to_the_engine_and_load_threads_do_not(tmp_path: Pat
     assert writers and readers
     assert set(writers) == {min(19, base + 7)} and set(readers) == {base}
     assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the caller's (the engine's) thread is untouched
+
+
+def test_a_declined_store_is_not_encoded(tmp_path: Path) -> None:
+    """Room is decided before the codec runs: on a full tier most stores are declined, and
+    encoding them would take the engine's CPU for blocks that are never written."""
+    from lifeboatcache_core.abc import BlockHint
+    from lifeboatcache_core.tier import BLOCK_OVERHEAD
+
+    with open_cache(tmp_path, file_tier(tmp_path / "t", io_threads=1)) as cache:
+        tier = cache.tiers[0]
+        encode = tier.codec.encode
+        encoded: list[int] = []
+
+        def counting(raw, layout):  # type: ignore[no-untyped-def]
+            encoded.append(raw.nbytes)
+            return encode(raw, layout)
+
+        tier.codec.encode = counting  # type: ignore[method-assign]
+        chain = keys(2)
+        for key, depth in zip(chain, (1, 0), strict=True):
+            assert cache.put([key], blobs(1, 4096), hints=[BlockHint(depth=depth)]) == [True]
+        tier.resize(tier.used + 64)  # full: a new block needs a victim, and both are shallower
+        assert len(encoded) == 2
+        assert cache.put(keys(1, start=10), blobs(1, 4096), hints=[BlockHint(depth=5)]) == [False]
+        assert tier.stats.declined == 1 and len(encoded) == 2  # declined without an encode
+        assert tier.reserved == 0 and all(k in tier.index for k in chain)
+        tier.resize(tier.used + 4096 + BLOCK_OVERHEAD + 64)
+        assert cache.put(keys(1, start=11), blobs(1, 4096), hints=[BlockHint(depth=5)]) == [True]
+        assert len(encoded) == 3 and tier.reserved == 0
+
+
+def test_a_block_encoded_larger_or_smaller_than_expected_settles_its_reservation(tmp_path: Path) -> None:
+    """A store reserves the codec's average size before encoding; the block's real size then
+    gives back the excess or evicts for the shortfall, so capacity holds and nothing stays reserved."""
+    from lifeboatcache_core.tier import BLOCK_OVERHEAD
+
+    with open_cache(tmp_path, file_tier(tmp_path / "t", io_threads=1)) as cache:
+        tier = cache.tiers[0]
+        encode = tier.codec.encode
+        sizes = iter([1024, 1024, 1024, 8192, 512, 8192, 8192])
+
+        def shrinking(raw, layout):  # type: ignore[no-untyped-def]
+            (payload,), params = encode(raw, layout)
+            return [memoryview(payload)[: next(sizes)]], params
+
+        tier.codec.encode = shrinking  # type: ignore[method-assign]
+        for n in range(3):  # the codec's blocks come to 1 KiB of 8 KiB so far
+            assert cache.put(keys(1, start=n), blobs(1, 8192)) == [True]
+        one_block = tier.used // 3
+        # room for one more 1 KiB block, or for an 8 KiB one once one block is evicted
+        tier.resize(tier.used + 8192 + BLOCK_OVERHEAD - one_block)
+        assert cache.put(keys(1, start=3), blobs(1, 8192)) == [True]  # 8 KiB: evicts for the shortfall
+        assert tier.used <= tier.capacity and tier.reserved == 0 and keys(1)[0] not in tier.index
+        for n in range(4, 7):
+            assert cache.put(keys(1, start=n), blobs(1, 8192)) == [True]
+            assert tier.used <= tier.capacity and tier.reserved == 0
+        assert keys(1, start=6)[0] in tier.index
