@@ -395,3 +395,31 @@ def test_a_block_encoded_larger_or_smaller_than_expected_settles_its_reservation
             assert cache.put(keys(1, start=n), blobs(1, 8192)) == [True]
             assert tier.used <= tier.capacity and tier.reserved == 0
         assert keys(1, start=6)[0] in tier.index
+
+
+def test_a_block_that_encodes_too_large_for_the_tier_is_declined_at_once_and_evicts_nothing(tmp_path: Path) -> None:
+    """The reservation made before the encode is the store's own: a block whose real size cannot fit
+    beside it is declined without waiting for it to land (it never would) and without evicting."""
+    from lifeboatcache_core.stats import StoreOutcome
+    from lifeboatcache_core.tier import BLOCK_OVERHEAD
+
+    with open_cache(tmp_path, file_tier(tmp_path / "t", io_threads=1)) as cache:
+        tier = cache.tiers[0]
+        encode = tier.codec.encode
+        sizes = iter([1024, 1024, 1024, 8192])
+
+        def shrinking(raw, layout):  # type: ignore[no-untyped-def]
+            (payload,), params = encode(raw, layout)
+            return [memoryview(payload)[: next(sizes)]], params
+
+        tier.codec.encode = shrinking  # type: ignore[method-assign]
+        for n in range(3):
+            assert cache.put(keys(1, start=n), blobs(1, 8192)) == [True]
+        # room for one more block of the usual 1 KiB, never for one of 8 KiB (even with all three evicted)
+        tier.resize(tier.used + 1024 + BLOCK_OVERHEAD + 100)
+        assert tier.capacity < 8192 + BLOCK_OVERHEAD
+        waits: list[float | None] = []
+        tier._space.wait = lambda timeout=None: waits.append(timeout) or False  # type: ignore[method-assign]
+        outcome = tier.store(keys(1, start=3)[0], memoryview(blobs(1, 8192)[0]), None, None)
+        assert outcome is StoreOutcome.DECLINED and waits == []
+        assert all(k in tier.index for k in keys(3)) and tier.reserved == 0

@@ -28,8 +28,8 @@ def main() -> None:
     with contextlib.redirect_stderr(io.StringIO()):
         blocks, layout = smollm2_kv_blocks(block_tokens=32)
     chunks = [np.frombuffer(b, dtype=np.uint8) for b in blocks]
-    tmp = Path(tempfile.mkdtemp())
-    with open_cache(tmp, file_tier(tmp / "t", io_threads=1, codec="lossless", capacity_gb=0.02)) as cache:
+    with tempfile.TemporaryDirectory() as work, open_cache(
+            Path(work), file_tier(Path(work) / "t", io_threads=1, codec="lossless", capacity_gb=0.02)) as cache:
         tier = cache.tiers[0]
         for depth in range(40):
             cache.put(keys(1, start=depth), [chunks[depth % len(chunks)]], layout=layout,

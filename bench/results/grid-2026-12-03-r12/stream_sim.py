@@ -10,7 +10,7 @@ page aligned, and three sides run interleaved, batch by batch, on cold files:
 - whole: the stored block read in one call, then its pieces decoded (what the tier does today);
 - streamed: piece k read, then decoded, then piece k+1 (what a streaming decode would do).
 
-    python stream_sim.py [SEGMENTS] [DIRECTORY]
+    python stream_sim.py [SEGMENTS] [DIRECTORY]   # DIRECTORY exists, on the disk under test; its files are removed
 """
 
 from __future__ import annotations
@@ -117,6 +117,9 @@ def main() -> None:
                     seconds[side.__name__] += time.perf_counter() - started
     for name, value in seconds.items():
         print(f"{name} {value:.3f} s; logical/raw {seconds['raw'] / value:.3f}")
+    for i in range(FILES):
+        (ROOT / f"t{i}").unlink()
+        (ROOT / f"r{i}").unlink()
 
 
 if __name__ == "__main__":

@@ -507,7 +507,7 @@ class Tier:
                     self.reserved -= reserved - needed
                     self._space.notify_all()
             return needed
-        victims = self._reserve(key, needed - reserved, backend, depth, evictable)
+        victims = self._reserve(key, needed - reserved, backend, depth, evictable, held=reserved)
         if victims is None:
             with self.lock:
                 self.reserved -= reserved
@@ -535,7 +535,8 @@ class Tier:
 
     def _reserve(self, key: BlockKey, estimate: int, backend: Backend,
                  depth: int | None = None,
-                 evictable: Callable[[BlockKey], bool] | None = None) -> list[tuple[BlockKey, int]] | None:
+                 evictable: Callable[[BlockKey], bool] | None = None,
+                 held: int = 0) -> list[tuple[BlockKey, int]] | None:
         """Pick victims so that ``estimate`` more bytes fit; reserve them. None: cannot fit.
 
         Space held by in-flight writes is not evictable yet: wait (bounded) for them to land
@@ -546,8 +547,10 @@ class Tier:
         that stay evicted: their space serves the next store (a policy offers no look-ahead).
         ``evictable`` declines the same way at the first victim it refuses (not counted in
         ``stats.declined``), and a store with it never waits: staging must not hold a thread.
+        ``held``: bytes this store has reserved already (``_settle_reservation``): they count as
+        taken, but are never waited for (they land only after this call returns).
         """
-        if estimate > self.capacity:
+        if estimate + held > self.capacity:
             return None
         capacity = self._local_capacity()
         try:
@@ -579,7 +582,7 @@ class Tier:
                     self.stats.evictions += 1
                 fits = self.used + self.reserved + estimate <= capacity and fs_short <= 0
                 remaining = deadline - time.monotonic()
-                if fits or declined or self.reserved == 0 or remaining <= 0 or evictable is not None:
+                if fits or declined or self.reserved == held or remaining <= 0 or evictable is not None:
                     break
                 self._space.wait(remaining)
             if fits:
