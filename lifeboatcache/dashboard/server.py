@@ -113,8 +113,10 @@ def parse_config(data: Any, running: LifeboatConfig) -> tuple[LifeboatConfig | N
     if isinstance(dashboard, dict) and dashboard.get("token") == REDACTED:
         dashboard["token"] = running.dashboard.token  # the page round-trips the redacted value
     running_keys = {t.label: t.integrity_keys for t in running.tiers}
-    for tier in data.get("tiers") or []:
-        if isinstance(tier, dict) and REDACTED in (tier.get("integrity_keys") or []):
+    tiers = data.get("tiers")
+    for tier in tiers if isinstance(tiers, list) else []:  # anything else is the model's to reject
+        keys = tier.get("integrity_keys") if isinstance(tier, dict) else None
+        if isinstance(keys, list) and REDACTED in keys:
             label = tier.get("name") or tier.get("backend")
             tier["integrity_keys"] = running_keys.get(label, [])
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from lifeboatcache_backend_file.backend import FileBackend, FileConfig
 from lifeboatcache_core.chunkfile import (
@@ -267,6 +267,8 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @SLOW_FUZZ
+@example(body={"tiers": True}, raw=b"", token=None)  # found by CI: iterated before validation (a 500)
+@example(body={"tiers": [{"integrity_keys": True}]}, raw=b"", token=None)
 @given(body=json_values | st.dictionaries(config_keys, json_values, max_size=4), raw=st.binary(max_size=200),
        token=st.none() | st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), max_size=40))
 def test_dashboard_requests_never_fail_with_a_server_error(dashboard: Any, body: Any, raw: bytes,
