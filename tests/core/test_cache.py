@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from lifeboatcache_core.abc import KVLayout
 from lifeboatcache_core.keys import BlockKey, Namespace
+from lifeboatcache_core.tier import Tier
 from prometheus_client import generate_latest
 
 from .helpers import NS, blobs, file_tier, keys, open_cache
@@ -369,6 +370,19 @@ def test_a_declined_store_is_not_encoded(tmp_path: Path) -> None:
         assert len(encoded) == 3 and tier.reserved == 0
 
 
+def _encode_to_sizes(tier: Tier, sizes: list[int]) -> None:
+    """Make ``tier``'s codec return payloads of ``sizes`` bytes, one per block (cut from the raw
+    bytes): a codec whose blocks come out larger or smaller than its average so far."""
+    encode = tier.codec.encode
+    left = iter(sizes)
+
+    def cut(raw, layout):  # type: ignore[no-untyped-def]
+        (payload,), params = encode(raw, layout)
+        return [memoryview(payload)[: next(left)]], params
+
+    tier.codec.encode = cut  # type: ignore[method-assign]
+
+
 def test_a_block_encoded_larger_or_smaller_than_expected_settles_its_reservation(tmp_path: Path) -> None:
     """A store reserves the codec's average size before encoding; the block's real size then
     gives back the excess or evicts for the shortfall, so capacity holds and nothing stays reserved."""
@@ -376,14 +390,7 @@ def test_a_block_encoded_larger_or_smaller_than_expected_settles_its_reservation
 
     with open_cache(tmp_path, file_tier(tmp_path / "t", io_threads=1)) as cache:
         tier = cache.tiers[0]
-        encode = tier.codec.encode
-        sizes = iter([1024, 1024, 1024, 8192, 512, 8192, 8192])
-
-        def shrinking(raw, layout):  # type: ignore[no-untyped-def]
-            (payload,), params = encode(raw, layout)
-            return [memoryview(payload)[: next(sizes)]], params
-
-        tier.codec.encode = shrinking  # type: ignore[method-assign]
+        _encode_to_sizes(tier, [1024, 1024, 1024, 8192, 512, 8192, 8192])
         for n in range(3):  # the codec's blocks come to 1 KiB of 8 KiB so far
             assert cache.put(keys(1, start=n), blobs(1, 8192)) == [True]
         one_block = tier.used // 3
@@ -405,14 +412,7 @@ def test_a_block_that_encodes_too_large_for_the_tier_is_declined_at_once_and_evi
 
     with open_cache(tmp_path, file_tier(tmp_path / "t", io_threads=1)) as cache:
         tier = cache.tiers[0]
-        encode = tier.codec.encode
-        sizes = iter([1024, 1024, 1024, 8192])
-
-        def shrinking(raw, layout):  # type: ignore[no-untyped-def]
-            (payload,), params = encode(raw, layout)
-            return [memoryview(payload)[: next(sizes)]], params
-
-        tier.codec.encode = shrinking  # type: ignore[method-assign]
+        _encode_to_sizes(tier, [1024, 1024, 1024, 8192])
         for n in range(3):
             assert cache.put(keys(1, start=n), blobs(1, 8192)) == [True]
         # room for one more block of the usual 1 KiB, never for one of 8 KiB (even with all three evicted)

@@ -107,7 +107,7 @@ class Tier:
         self.backoff = cfg.reprobe_seconds
         self.lower: Tier | None = None  # next tier down, for write-back demotion
         self._codecs: dict[str, Codec] = {self.codec.tag: self.codec}
-        #: codec tag -> (payload bytes, raw bytes) of the blocks it encoded here: the size a
+        #: codec tag -> (payload bytes, raw bytes) of the blocks it stored here: the size a
         #: store reserves before it encodes (``_expected_payload``)
         self._encoded: dict[str, tuple[int, int]] = {}
         self._identity = self.codec.identity
@@ -447,9 +447,6 @@ class Tier:
             return StoreOutcome.FAILED
         payload_len = sum(memoryview(p).nbytes for p in pieces)
         reserved = self._settle_reservation(key, estimate, payload_len + BLOCK_OVERHEAD, backend, depth, evictable)
-        with self.lock:
-            payload, raw_total = self._encoded.get(codec.tag, (0, 0))
-            self._encoded[codec.tag] = (payload + payload_len, raw_total + raw.nbytes)
         if reserved is None:
             return StoreOutcome.DECLINED
         estimate = reserved
@@ -487,6 +484,8 @@ class Tier:
             self.stats.puts += 1
             self.stats.bytes_written += stored
             self.stats.raw_bytes_written += raw.nbytes
+            payload, raw_total = self._encoded.get(codec.tag, (0, 0))
+            self._encoded[codec.tag] = (payload + payload_len, raw_total + raw.nbytes)
         self._io_ok()
         return StoreOutcome.STORED
 
