@@ -1,5 +1,6 @@
 #!/bin/bash
 # Recorded as run: the py-spy watcher and the sitecustomize were under /tmp/r14 and /tmp/r15 (copies in this folder).
+# threadmon_schedstat.py = grid-2026-12-02-r9/threadmon.py with threadmon_schedstat.patch applied (was /tmp/r16).
 # r14: where the restarted server's time goes at 8 agents: one run of each column, py-spy on each restarted EngineCore.
 set -u
 cd /work/main
