@@ -203,3 +203,60 @@ def test_format_2_runs_without_the_gil() -> None:
     finally:
         sys.setswitchinterval(interval)
     assert len(done) < rounds
+
+
+def _stream_block() -> tuple[KVLayout, bytes, bytes, dict]:
+    raw = _kv_like(1 << 17)
+    layout = KVLayout("bfloat16", (2, 4, 128, 2, 64), AXES)  # 8 chunks: one per layer's K or V
+    pieces, params = LosslessCodec().encode(memoryview(raw), layout)
+    return layout, raw, b"".join(bytes(p) for p in pieces), params
+
+
+def test_format_2_stream_decodes_each_chunk_once_its_pieces_have_arrived() -> None:
+    """Fed the first half of a payload, the stream has already written the first chunks into dest
+    (and nothing past what arrived): decoding overlaps the read of the rest of the block."""
+    layout, raw, payload, params = _stream_block()
+    dest = bytearray(len(raw))
+    stream = LosslessCodec().stream_decoder(params, layout, memoryview(dest), len(payload))
+    assert stream is not None
+    stream.feed(memoryview(payload)[:16])  # the header, not yet its piece table: nothing to do
+    assert dest == bytearray(len(raw))
+    stream.feed(memoryview(payload)[: len(payload) // 2])
+    chunk = len(raw) // 8
+    done = next(i for i in range(9) if i == 8 or dest[i * chunk:(i + 1) * chunk] != raw[i * chunk:(i + 1) * chunk])
+    assert 2 <= done < 8, f"{done} of 8 chunks decoded from half the payload"
+    assert dest[done * chunk:] == bytearray(len(raw) - done * chunk), "decoded a chunk that had not arrived"
+    stream.finish(memoryview(payload))
+    assert dest == raw
+
+
+def test_format_1_and_raw_blocks_decode_only_whole() -> None:
+    layout, raw, _, _ = _stream_block()
+    codec = LosslessCodec(LosslessConfig(compressor="zstd"))
+    _, params = codec.encode(memoryview(raw), layout)
+    assert codec.stream_decoder(params, layout, memoryview(bytearray(len(raw))), 10) is None
+    assert LosslessCodec().stream_decoder({"planes": 0}, layout, memoryview(bytearray(len(raw))), 10) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(cuts=st.lists(st.integers(0, 10**9), max_size=5),
+       flips=st.lists(st.tuples(st.integers(0, 10**9), st.integers(1, 255)), min_size=1, max_size=4))
+def test_a_damaged_payload_fed_in_pieces_is_corrupt_never_a_crash(cuts: list[int],
+                                                                    flips: list[tuple[int, int]]) -> None:
+    """Streamed bytes are decoded before the tier has checked their digest: a flipped piece table
+    or piece must raise or decode to bytes of the right size, at any cut, never read past the
+    prefix it was given."""
+    layout, raw, good, params = _stream_block()
+    payload = bytearray(good)
+    for at, xor in flips:
+        payload[at % len(payload)] ^= xor
+    dest = bytearray(len(raw))
+    stream = LosslessCodec().stream_decoder(params, layout, memoryview(dest), len(payload))
+    assert stream is not None
+    try:
+        for cut in sorted(c % (len(payload) + 1) for c in cuts):
+            stream.feed(memoryview(bytes(payload[:cut])))  # a copy: bytes past the cut do not exist
+        stream.finish(memoryview(bytes(payload)))
+    except CorruptBlockError:
+        return
+    assert len(dest) == len(raw)

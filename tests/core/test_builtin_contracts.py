@@ -133,3 +133,54 @@ def test_file_reads_a_known_block_size_in_one_preadv(tmp_path: Path, monkeypatch
 class TestSqliteManifest(ManifestStoreContract):
     def make_store(self, tmp_path: Path, tier: str) -> Manifest:
         return Manifest(sqlite_url(tmp_path / "manifest.sqlite"), tier)
+
+
+def _counting_syscalls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    calls = {"fstat": 0, "pread": 0, "preadv": 0}
+    for name in calls:
+        real = getattr(os, name)
+
+        def counted(*args: object, _real: Callable[..., object] = real, _name: str = name) -> object:
+            calls[_name] += 1
+            return _real(*args)
+
+        monkeypatch.setattr(os, name, counted)
+    return calls
+
+
+def test_file_read_payload_of_a_known_size_is_one_preadv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A coding tier's load is open + one preadv + close with the size its index holds: no fstat,
+    no header read; with a stale size it asks the file, bytes intact."""
+    from lifeboatcache_core.testing.contracts import RecordingSink
+
+    b = file_backend(tmp_path)
+    k = BlockKey("ns", bytes(32))
+    data = os.urandom(300_000)
+    stored = b.put(k, [data], BlockMeta.new(k, len(data)))
+    calls = _counting_syscalls(monkeypatch)
+    sink = RecordingSink()
+    b.read_payload(k, sink, stored)
+    assert sink.payload == data and calls == {"fstat": 0, "pread": 0, "preadv": 1}
+    sink = RecordingSink()
+    b.read_payload(k, sink, stored - 64)  # what the index thought the block took
+    assert sink.payload == data and calls["fstat"] == 1
+
+
+def test_file_direct_read_payload_feeds_the_payload_as_it_arrives(tmp_path: Path) -> None:
+    """With o_direct a block is read in STREAM_RANGE pieces and a sink that asks is fed each
+    arrived prefix of the payload before the next piece is read."""
+    from lifeboatcache_backend_file.backend import STREAM_RANGE
+    from lifeboatcache_core.testing.contracts import RecordingSink
+
+    b = file_backend(tmp_path, o_direct=True)
+    k = BlockKey("ns", bytes(32))
+    data = os.urandom(4 * STREAM_RANGE + 1000)
+    stored = b.put(k, [data], BlockMeta.new(k, len(data)))
+    sink = RecordingSink()
+    b.read_payload(k, sink, stored)
+    assert sink.payload == data
+    assert [len(p) for p in sink.prefixes] == [STREAM_RANGE * i - 4096 for i in range(1, 5)]
+    assert sink.calls == ["begin", "feed", "feed", "feed", "feed", "end"]
+    whole = RecordingSink(stream=False)
+    b.read_payload(k, whole, stored)
+    assert whole.payload == data and whole.calls == ["begin", "end"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -59,6 +59,24 @@ def read_items(keys: Sequence[BlockKey],
     return list(zip(keys, dests, strict=True))
 
 
+class PayloadSink(Protocol):
+    """Takes a block's payload from ``Backend.read_payload`` (the tier's decoder, ``Tier.fetch``).
+
+    Views passed in are valid only during the call. A payload fed in prefixes is decoded from
+    bytes whose hash is not checked yet: whatever ``feed`` wrote is the caller's to discard if
+    ``read_payload`` then raises (the tier serves such a block as a miss, as any other).
+    """
+
+    def begin(self, meta: BlockMeta, payload_len: int) -> bool:
+        """The block's header, checked; True to be fed the payload's prefixes as they arrive."""
+
+    def feed(self, prefix: memoryview) -> None:
+        """The payload's first bytes read so far (a longer prefix of the same payload each call)."""
+
+    def end(self, payload: memoryview) -> None:
+        """The whole payload, its hash checked."""
+
+
 class Backend(ABC):
     """Stores self-describing blocks (DESIGN §5) under keys.
 
@@ -88,6 +106,22 @@ class Backend(ABC):
         When ``dest`` is given and is exactly the payload's length, the payload is read into
         ``dest`` (copy-free) and the returned view is ``dest``; otherwise a new buffer is used.
         """
+
+    def read_payload(self, key: BlockKey, sink: PayloadSink, stored_size: int | None = None) -> BlockMeta:
+        """Hand the payload of ``key`` to ``sink``: ``begin`` with the verified header, then, if it
+        asked for them, ``feed`` with the payload's arrived prefixes, then ``end`` with the whole
+        payload once its hash is checked; return the meta.
+
+        For a payload the caller decodes at once (a coding tier): the views ``sink`` gets may be
+        the backend's own scratch memory, valid only during each call, so no buffer is allocated
+        or copied per block. ``stored_size`` is the size ``put`` returned for the block, where the
+        caller's index knows it (a backend may use it to skip asking the store, and must not
+        trust it: a wrong size is not a corrupt block). The default reads the block with ``read``.
+        """
+        meta, payload = self.read(key)
+        sink.begin(meta, payload.nbytes)
+        sink.end(payload)
+        return meta
 
     @abstractmethod
     def exists(self, key: BlockKey) -> bool:
@@ -270,6 +304,16 @@ class KVLayout:
             raise ValueError(f"shape {self.shape} and axes {self.axes} differ in length")
 
 
+class StreamDecoder(Protocol):
+    """Decodes one payload into one ``dest`` from its prefixes as they arrive (``Codec.stream_decoder``)."""
+
+    def feed(self, prefix: memoryview) -> None:
+        """Decode what ``prefix`` (the payload's first bytes so far, longer each call) holds whole."""
+
+    def finish(self, payload: memoryview) -> None:
+        """Decode the rest of the whole ``payload``; raise ``CorruptBlockError`` if it does not decode."""
+
+
 class Codec(ABC):
     """Turns raw block bytes into stored bytes and back, per tier.
 
@@ -301,6 +345,13 @@ class Codec(ABC):
         self, payload: memoryview, params: dict[str, Any], layout: KVLayout | None, dest: memoryview
     ) -> None:
         """Write the decoded bytes (``len(dest)`` of them) into ``dest``."""
+
+    def stream_decoder(self, params: dict[str, Any], layout: KVLayout | None, dest: memoryview,
+                       payload_len: int) -> StreamDecoder | None:
+        """A decoder that takes the payload in order as it is read, so that decoding overlaps the
+        read of what follows (a backend that reads a block in ranges feeds it each); None, the
+        default, when this payload decodes only whole (``decode``)."""
+        return None
 
     def error_bound(self, layout: KVLayout | None) -> float:
         """Largest relative error (``|x - x'|`` / max ``|x|`` per group) this codec promises."""

@@ -15,7 +15,15 @@ from collections.abc import Callable, Container, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from lifeboatcache_core.abc import Backend, BlockHint, Codec, EvictionPolicy, KVLayout, ManifestStore
+from lifeboatcache_core.abc import (
+    Backend,
+    BlockHint,
+    Codec,
+    EvictionPolicy,
+    KVLayout,
+    ManifestStore,
+    StreamDecoder,
+)
 from lifeboatcache_core.chunkfile import BlockMeta
 from lifeboatcache_core.config import manifest_scheme
 from lifeboatcache_core.errors import CorruptBlockError, LifeboatError, ManifestError, TierFullError
@@ -682,22 +690,21 @@ class Tier:
             elif self.index_complete and not self.cfg.shared:
                 return None
         try:
-            meta, payload = backend.read(key, dest if self._identity else None)
-            if self.signer is not None:
-                self.signer.verify(meta, (payload,))
-            if meta.raw_len != dest.nbytes:
-                raise IncompatibleBlockError(f"block holds {meta.raw_len} bytes, caller expects {dest.nbytes}")
-            codec = self._codec_for(meta.codec)
-            direct = payload.obj is dest.obj
-            if not (direct and codec.identity):
-                if direct:
-                    payload = memoryview(bytes(payload))
-                try:
-                    codec.decode(payload, meta.codec_params, layout_from_meta(meta), dest)
-                except CorruptBlockError:
-                    raise
-                except Exception as exc:
-                    raise CorruptBlockError(f"codec {meta.codec} rejected the payload: {exc}") from exc
+            if self._identity:  # the payload is the raw bytes: read straight into dest
+                meta, payload = backend.read(key, dest)
+                payload_len = payload.nbytes
+                if payload.obj is not dest.obj or not self._codec_for(meta.codec).identity:
+                    # not read into dest, or a block an earlier codec of this tier wrote
+                    _DecodeInto(dest, self._codec_for, self.signer).whole(meta, payload)
+                else:
+                    if self.signer is not None:
+                        self.signer.verify(meta, (payload,))
+                    if meta.raw_len != dest.nbytes:
+                        raise IncompatibleBlockError(f"block holds {meta.raw_len} bytes, caller expects {dest.nbytes}")
+            else:  # decoded from the backend's own buffer as it is read, nothing copied or allocated
+                sink = _DecodeInto(dest, self._codec_for, self.signer)
+                meta = backend.read_payload(key, sink, stored)
+                payload_len = sink.payload_len
         except KeyError:
             with self.lock:
                 gone = key in self.index
@@ -722,7 +729,7 @@ class Tier:
             return None
         with self.lock:
             if stored is None and key not in self.index:  # found while the index was still loading
-                size = payload.nbytes
+                size = payload_len
                 self.index[key] = size
                 self.used += size
                 self.policy.insert(key, size, None)
@@ -891,6 +898,63 @@ class Tier:
                 self.backend.close()
             except Exception as exc:
                 log.warning("tier %s: close failed: %s", self.name, exc)
+
+
+class _DecodeInto:
+    """``Tier.fetch``'s ``PayloadSink``: checks that a block fits the caller's buffer, picks the
+    codec its meta names and decodes into ``dest`` (a keyed tier's MAC checked first), fed in
+    prefixes where the codec streams so that decoding overlaps the rest of the read."""
+
+    __slots__ = ("_codec", "_codec_for", "_dest", "_meta", "_signer", "_stream", "payload_len")
+
+    def __init__(self, dest: memoryview, codec_for: Callable[[str], Codec], signer: BlockSigner | None) -> None:
+        self._dest = dest
+        self._codec_for = codec_for
+        self._signer = signer
+        self._stream: StreamDecoder | None = None
+        self.payload_len = 0
+
+    def begin(self, meta: BlockMeta, payload_len: int) -> bool:
+        self._start(meta, payload_len)
+        if self._signer is None:  # a keyed tier decodes nothing before its MAC is checked
+            self._stream = self._codec.stream_decoder(meta.codec_params, layout_from_meta(meta), self._dest,
+                                                      payload_len)
+        return self._stream is not None
+
+    def feed(self, prefix: memoryview) -> None:
+        assert self._stream is not None
+        self._decoding(self._stream.feed, prefix)
+
+    def end(self, payload: memoryview) -> None:
+        if self._signer is not None:
+            self._signer.verify(self._meta, (payload,))
+        if self._stream is not None:
+            self._decoding(self._stream.finish, payload)
+        else:
+            meta = self._meta
+            self._decoding(self._codec.decode, payload, meta.codec_params, layout_from_meta(meta), self._dest)
+
+    def whole(self, meta: BlockMeta, payload: memoryview) -> None:
+        """Decode a payload read whole (into ``dest`` itself, when the tier reads copy-free)."""
+        if payload.obj is self._dest.obj:
+            payload = memoryview(bytes(payload))
+        self._start(meta, payload.nbytes)
+        self.end(payload)
+
+    def _start(self, meta: BlockMeta, payload_len: int) -> None:
+        if meta.raw_len != self._dest.nbytes:
+            raise IncompatibleBlockError(f"block holds {meta.raw_len} bytes, caller expects {self._dest.nbytes}")
+        self._meta = meta
+        self._codec = self._codec_for(meta.codec)
+        self.payload_len = payload_len
+
+    def _decoding(self, step: Callable[..., None], *args: Any) -> None:
+        try:
+            step(*args)
+        except CorruptBlockError:
+            raise
+        except Exception as exc:
+            raise CorruptBlockError(f"codec {self._meta.codec} rejected the payload: {exc}") from exc
 
 
 def _reason(exc: BaseException) -> str:

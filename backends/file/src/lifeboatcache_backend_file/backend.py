@@ -44,12 +44,14 @@ from typing import Literal
 
 import numpy as np
 import xxhash
-from lifeboatcache_core.abc import Backend, PluginConfig
+from lifeboatcache_core.abc import Backend, PayloadSink, PluginConfig
 from lifeboatcache_core.chunkfile import (
     DIRECT_ALIGN,
+    FIXED_LEN,
     TRAILER_LEN,
     BlockMeta,
     Buffer,
+    block_length,
     build_header,
     build_trailer,
     check_trailer,
@@ -71,6 +73,11 @@ PARTIAL = ".partial"
 HEAD_READ = 4096
 HEADER_ALIGN = 64  # buffered writes: meta that differs by a few characters keeps one header length
 _MAX_HEADER_GUESSES = 64
+#: an O_DIRECT ``read_payload`` reads a block in pieces of this size, each handed on as it arrives:
+#: large enough that the disk still gets big requests (one whole-block read is split and queued
+#: in parallel by the kernel; a piece is one request), small enough that a 256-token SmolLM2
+#: block's lossless payload (~4 MB) is decoded while most of it is still being read
+STREAM_RANGE = 1024 * 1024
 GB = 1024**3
 #: a filesystem that is full (or the user's quota): nothing wrong with the tier, nothing more fits
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -91,6 +98,10 @@ class FileConfig(PluginConfig):
     stale_partial_seconds: float = Field(default=3600.0, gt=0)
 
 
+class _WrongSize(Exception):
+    """The size the caller gave is not this file's (its index is stale); read with the file's own."""
+
+
 def _align_up(n: int, a: int = DIRECT_ALIGN) -> int:
     return (n + a - 1) // a * a
 
@@ -103,8 +114,8 @@ class _Scratch(threading.local):
 
     def get(self, size: int) -> mmap.mmap:
         if self.buf is None or len(self.buf) < size:
-            if self.buf is not None:
-                self.buf.close()
+            # the old map is unmapped once nothing views it (not closed here: a view a caller
+            # still holds, e.g. in a traceback, would make close() raise)
             self.buf = mmap.mmap(-1, _align_up(max(size, 1 << 20), 1 << 20))
         return self.buf
 
@@ -295,17 +306,77 @@ class FileBackend(Backend):
 
     # ------------------------------------------------------------------ read
 
-    def read(self, key: BlockKey, dest: memoryview | None = None) -> tuple[BlockMeta, memoryview]:
+    def _open_for_read(self, key: BlockKey) -> int:
         path = self.path_of(key)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECT if self._direct else 0))
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECT if self._direct else 0))
         except FileNotFoundError:
             raise KeyError(key) from None
         except OSError as exc:
             if exc.errno == errno.EINVAL and self._direct:  # filesystem without O_DIRECT
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            else:
-                raise
+                return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            raise
+
+    def read_payload(self, key: BlockKey, sink: PayloadSink, stored_size: int | None = None) -> BlockMeta:
+        """The whole block into this thread's scratch map, handed to ``sink`` from there.
+
+        With the size the index knows, a buffered read is open + one ``preadv`` + close (no
+        fstat, no separate header read), and nothing is allocated or copied per block. With
+        ``o_direct`` the block is read in ``STREAM_RANGE`` pieces and a sink that asks for it is
+        fed each arrived prefix of the payload: the codec decodes a piece while the disk serves
+        the next read of this or another I/O thread, where a whole-block read leaves the disk
+        idle while every thread decodes. A size that does not match the file (an index that is
+        stale: another writer replaced the block) is not trusted: the file's own size is.
+        """
+        fd = self._open_for_read(key)
+        try:
+            if stored_size is not None:
+                try:
+                    return self._read_to_sink(fd, key, sink, stored_size, hinted=True)
+                except _WrongSize:
+                    pass
+            return self._read_to_sink(fd, key, sink, os.fstat(fd).st_size, hinted=False)
+        finally:
+            os.close(fd)
+
+    def _read_to_sink(self, fd: int, key: BlockKey, sink: PayloadSink, size: int, *, hinted: bool) -> BlockMeta:
+        # the last read asks for more than the block: a file longer than its header says is not it
+        limit = _align_up(size) + DIRECT_ALIGN if self._direct else size + 1
+        step = STREAM_RANGE if self._direct else limit
+        view = memoryview(self._scratch.get(max(limit, FIXED_LEN)))
+        try:
+            have = os.preadv(fd, [view[:min(step, limit)]], 0)
+            if hinted:
+                if have < FIXED_LEN:
+                    raise _WrongSize
+                header_len, payload_len, _crc = parse_fixed(view[:FIXED_LEN])
+                if block_length(header_len, payload_len, int.from_bytes(view[8:12], "little")) != size:
+                    raise _WrongSize
+            hdr = parse_header(view[:have], size, key)
+            start, n = hdr.header_len, hdr.payload_len
+            end = start + n
+            streaming = sink.begin(hdr.meta, n)
+            while have < size:
+                if streaming and have > start:
+                    with view[start:min(have, end)] as prefix:
+                        sink.feed(prefix)
+                got = os.preadv(fd, [view[have:min(limit, have + step)]], have)
+                if got <= 0:
+                    raise CorruptBlockError(f"short read ({have} of {size} bytes)")
+                have += got
+            if have > size:
+                if hinted:
+                    raise _WrongSize
+                raise CorruptBlockError(f"block file holds more than its {size} bytes")
+            with view[start:end] as payload:
+                check_trailer(view[end:end + TRAILER_LEN], n, (payload,))
+                sink.end(payload)
+            return hdr.meta
+        finally:
+            view.release()
+
+    def read(self, key: BlockKey, dest: memoryview | None = None) -> tuple[BlockMeta, memoryview]:
+        fd = self._open_for_read(key)
         try:
             if self._direct:
                 return self._read_direct(fd, os.fstat(fd).st_size, key, dest)

@@ -186,17 +186,26 @@ done:
     return pos;
 }
 
-/* Decode; returns NULL on success or a static message naming what is wrong. */
-static const char *decode_block(const unsigned char *in, size_t len, unsigned char *dst, size_t raw) {
-    size_t chunk, n, nchunks, pos, c;
+/* Decode the chunks of a format-2 payload of `len` bytes of which the first `avail` are present,
+ * from the cursor on (*next: the next chunk to decode, *pos: where its first piece starts; both 0
+ * before the first call), as far as whole chunks have arrived; the cursor is moved past them.
+ * Bytes that have not arrived yet are no error while avail < len; with avail == len every chunk
+ * must decode and the payload must end where the last piece does. Returns NULL on success or a
+ * static message naming what is wrong. */
+static const char *decode_range(const unsigned char *in, size_t avail, size_t len, unsigned char *dst, size_t raw,
+                                size_t *next, size_t *pos_io) {
+    size_t chunk, n, nchunks, pos, c, table;
     uint64_t stored_raw;
     int b, width;
     unsigned char *planes = NULL;
     HUF_DTable *dtable = NULL;
     void *wksp = NULL;
     const char *err = NULL;
+    const int final = avail == len;
 
-    if (len < HEADER || in[0] != FORMAT || in[2] != 0 || in[3] != 0) return "header not understood";
+    if (avail > len) return "more bytes than the payload holds";
+    if (avail < HEADER) return final ? "header not understood" : NULL;
+    if (in[0] != FORMAT || in[2] != 0 || in[3] != 0) return "header not understood";
     width = in[1];
     if (width != 1 && width != 2 && width != 4) return "element width not 1, 2 or 4";
     chunk = get32(in + 4);
@@ -205,19 +214,31 @@ static const char *decode_block(const unsigned char *in, size_t len, unsigned ch
     if (chunk == 0 || chunk > HUF_BLOCKSIZE_MAX || raw % (size_t)width) return "chunk size not understood";
     n = raw / (size_t)width;
     nchunks = (n + chunk - 1) / chunk;
-    pos = HEADER + 4 * nchunks * (size_t)width;
-    if (pos > len) return "truncated piece table";
+    table = HEADER + 4 * nchunks * (size_t)width;
+    if (table > len) return "truncated piece table";
+    if (table > avail) return final ? "truncated piece table" : NULL;
+    c = *next;
+    pos = c == 0 ? table : *pos_io;
+    if (c > nchunks || pos < table || pos > len) return "decode cursor out of range";
+    if (c == nchunks) return (final && pos != len) ? "trailing bytes after the last piece" : NULL;
     planes = malloc(chunk * (size_t)width);
     dtable = malloc(sizeof(HUF_DTable) * HUF_DTABLE_SIZE(HUF_TABLELOG_MAX));
     wksp = malloc(HUF_DECOMPRESS_WORKSPACE_SIZE);
     if (planes == NULL || dtable == NULL || wksp == NULL) { err = "out of memory"; goto done; }
-    for (c = 0; c < nchunks; c++) {
+    for (; c < nchunks; c++) {
         size_t m = (c + 1 < nchunks) ? chunk : n - c * chunk;
+        size_t end = pos;
+        /* the whole chunk must have arrived before any of its planes is decoded */
+        for (b = 0; b < width; b++) {
+            size_t piece = get32(in + HEADER + 4 * (c * (size_t)width + (size_t)b)) >> 2;
+            if (piece > len - end) { err = "truncated piece"; goto done; }
+            end += piece;
+        }
+        if (end > avail) break;
         for (b = 0; b < width; b++) {
             uint32_t entry = get32(in + HEADER + 4 * (c * (size_t)width + (size_t)b));
             size_t piece = entry >> 2;
             unsigned char *plane = planes + (size_t)b * chunk;
-            if (piece > len - pos) { err = "truncated piece"; goto done; }
             switch (entry & 3u) {
             case METHOD_RAW:
                 if (piece != m) { err = "raw piece of the wrong size"; goto done; }
@@ -243,8 +264,10 @@ static const char *decode_block(const unsigned char *in, size_t len, unsigned ch
         }
         join(planes, chunk, m, width, dst + c * chunk * (size_t)width);
     }
-    if (pos != len) err = "trailing bytes after the last piece";
+    if (final && c == nchunks && pos != len) err = "trailing bytes after the last piece";
 done:
+    *next = c;
+    *pos_io = pos;
     free(planes);
     free(dtable);
     free(wksp);
@@ -297,11 +320,12 @@ PyDoc_STRVAR(decode_doc,
 static PyObject *py_decode(PyObject *self, PyObject *args) {
     Py_buffer in, dst;
     const char *err;
+    size_t next = 0, pos = 0;
     (void)self;
 
     if (!PyArg_ParseTuple(args, "y*w*", &in, &dst)) return NULL;
     Py_BEGIN_ALLOW_THREADS
-    err = decode_block(in.buf, (size_t)in.len, dst.buf, (size_t)dst.len);
+    err = decode_range(in.buf, (size_t)in.len, (size_t)in.len, dst.buf, (size_t)dst.len, &next, &pos);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&in);
     PyBuffer_Release(&dst);
@@ -312,9 +336,47 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(decode_prefix_doc,
+"decode_prefix(prefix, dest, payload_len, next, pos) -> (next, pos)\n\n"
+"Decode into ``dest`` the chunks of a format-2 payload of ``payload_len`` bytes that ``prefix``\n"
+"(its first bytes, as they arrive) holds whole, from the cursor (``next`` chunk, starting at\n"
+"byte ``pos``; 0, 0 at first) on, and return the cursor after them. Give the same ``dest`` and\n"
+"the growing prefix of the same payload each time; once ``prefix`` is the whole payload every\n"
+"chunk must decode and nothing may follow the last piece. Raises ValueError for a payload that\n"
+"is not one.");
+
+static PyObject *py_decode_prefix(PyObject *self, PyObject *args) {
+    Py_buffer in, dst;
+    const char *err;
+    Py_ssize_t total, next_in, pos_in;
+    size_t next, pos;
+    (void)self;
+
+    if (!PyArg_ParseTuple(args, "y*w*nnn", &in, &dst, &total, &next_in, &pos_in)) return NULL;
+    if (total < 0 || next_in < 0 || pos_in < 0) {
+        PyBuffer_Release(&in);
+        PyBuffer_Release(&dst);
+        PyErr_SetString(PyExc_ValueError, "lossless format 2: negative length or cursor");
+        return NULL;
+    }
+    next = (size_t)next_in;
+    pos = (size_t)pos_in;
+    Py_BEGIN_ALLOW_THREADS
+    err = decode_range(in.buf, (size_t)in.len, (size_t)total, dst.buf, (size_t)dst.len, &next, &pos);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&dst);
+    if (err != NULL) {
+        PyErr_Format(PyExc_ValueError, "lossless format 2: %s", err);
+        return NULL;
+    }
+    return Py_BuildValue("(nn)", (Py_ssize_t)next, (Py_ssize_t)pos);
+}
+
 static PyMethodDef methods[] = {
     {"encode", py_encode, METH_VARARGS, encode_doc},
     {"decode", py_decode, METH_VARARGS, decode_doc},
+    {"decode_prefix", py_decode_prefix, METH_VARARGS, decode_prefix_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -35,7 +35,7 @@ from typing import Any, Literal
 import lz4.block
 import numpy as np
 import zstandard
-from lifeboatcache_core.abc import Codec, KVLayout, PluginConfig
+from lifeboatcache_core.abc import Codec, KVLayout, PluginConfig, StreamDecoder
 from lifeboatcache_core.chunkfile import Buffer
 from lifeboatcache_core.errors import CorruptBlockError
 from pydantic import Field
@@ -202,6 +202,43 @@ class LosslessCodec(Codec):
                                         dtype=np.uint8))
             offset += length
         _interleave(planes, dest)
+
+
+    def stream_decoder(self, params: dict[str, Any], layout: KVLayout | None, dest: memoryview,
+                       payload_len: int) -> StreamDecoder | None:
+        """Format 2 decodes chunk by chunk as the payload arrives (its piece table leads it);
+        format 1 and raw blocks decode only whole."""
+        if params.get("format") != 2 or len(params) != 1:
+            return None
+        return _Format2Stream(dest, payload_len)
+
+
+class _Format2Stream:
+    """A format-2 payload decoded as it is read: every chunk whose pieces have all arrived is
+    decoded at once, from a (chunk, offset) cursor kept here, the rest by ``finish``."""
+
+    __slots__ = ("_dest", "_next", "_payload_len", "_pos")
+
+    def __init__(self, dest: memoryview, payload_len: int) -> None:
+        self._dest = dest.cast("B") if dest.format != "B" or dest.ndim != 1 else dest
+        self._payload_len = payload_len
+        self._next = 0
+        self._pos = 0
+
+    def feed(self, prefix: memoryview) -> None:
+        self._advance(prefix)
+
+    def finish(self, payload: memoryview) -> None:
+        if payload.nbytes != self._payload_len:
+            raise CorruptBlockError(f"lossless: payload has {payload.nbytes} bytes, expected {self._payload_len}")
+        self._advance(payload)
+
+    def _advance(self, prefix: memoryview) -> None:
+        try:
+            self._next, self._pos = _planes.decode_prefix(prefix, self._dest, self._payload_len,
+                                                          self._next, self._pos)
+        except ValueError as exc:
+            raise CorruptBlockError(f"lossless: {exc}") from None
 
 
 def chunk_elements(layout: KVLayout | None, elements: int) -> int:

@@ -31,6 +31,30 @@ def meta_for(k: BlockKey, raw_len: int) -> BlockMeta:
 # ============================================================================ backends
 
 
+class RecordingSink:
+    """A ``PayloadSink`` that keeps copies of what it was handed (``Backend.read_payload``)."""
+
+    def __init__(self, stream: bool = True) -> None:
+        self.stream = stream
+        self.calls: list[str] = []
+        self.payload_len = -1
+        self.prefixes: list[bytes] = []
+        self.payload = b""
+
+    def begin(self, meta: BlockMeta, payload_len: int) -> bool:
+        self.calls.append("begin")
+        self.meta, self.payload_len = meta, payload_len
+        return self.stream
+
+    def feed(self, prefix: memoryview) -> None:
+        self.calls.append("feed")
+        self.prefixes.append(bytes(prefix))
+
+    def end(self, payload: memoryview) -> None:
+        self.calls.append("end")
+        self.payload = bytes(payload)
+
+
 class BackendContract:
     """Behaviour every Backend must have. Implement ``make_backend``.
 
@@ -80,6 +104,22 @@ class BackendContract:
     def test_empty_payload(self, backend: Backend) -> None:
         self._put(backend, key(5), b"")
         assert bytes(backend.read(key(5))[1]) == b""
+
+    @pytest.mark.parametrize("stream", [True, False])
+    def test_read_payload_hands_the_verified_payload_to_the_sink(self, backend: Backend, stream: bool) -> None:
+        data = os.urandom(600_000)  # several of any backend's read pieces
+        stored = self._put(backend, key(10), data)
+        for size in (stored, None, stored + 4096, 1):  # the put's size, none, and stale sizes to distrust
+            sink = RecordingSink(stream)
+            meta = backend.read_payload(key(10), sink, size)
+            assert meta.key == key(10).hex and sink.meta.raw_len == len(data)
+            assert sink.payload == data and sink.payload_len == len(data)
+            assert sink.calls[0] == "begin" and sink.calls[-1] == "end" and sink.calls.count("end") == 1
+            assert stream or "feed" not in sink.calls, "a sink that asked for no prefixes was fed"
+            lengths = [len(p) for p in sink.prefixes]
+            assert lengths == sorted(lengths) and all(data.startswith(p) for p in sink.prefixes)
+        with pytest.raises(KeyError):
+            backend.read_payload(key(98), RecordingSink())
 
     def test_missing_is_keyerror(self, backend: Backend) -> None:
         with pytest.raises(KeyError):
@@ -298,6 +338,31 @@ class CorruptionContract:
         with pytest.raises(CorruptBlockError):
             backend.read(k, memoryview(bytearray(20_000)))
 
+    @pytest.mark.parametrize("mutation", ["truncate_half", "flip_payload", "flip_trailer_hash", "append_garbage"])
+    def test_damage_is_detected_before_the_payload_is_ended(self, stored: tuple[Backend, BlockKey, bytes],
+                                                            mutation: str) -> None:
+        backend, k, _ = stored
+        stored_size = dict(backend.scan())[k]
+
+        def mutate(raw: bytes) -> bytes:
+            buf = bytearray(raw)
+            if mutation == "truncate_half":
+                return bytes(buf[: len(buf) // 2])
+            if mutation == "flip_payload":
+                buf[len(buf) // 2] ^= 0x01
+            elif mutation == "flip_trailer_hash":
+                buf[buf.rfind(b"KCBL") - 12] ^= 0x01
+            else:
+                buf += b"garbage"
+            return bytes(buf)
+
+        self.damage(backend, k, mutate)
+        for size in (stored_size, None):
+            sink = RecordingSink()
+            with pytest.raises(CorruptBlockError):
+                backend.read_payload(k, sink, size)
+            assert "end" not in sink.calls, "a damaged payload was handed over as checked"
+
     def test_bulk_read_reports_a_damaged_block_without_hiding_the_others(
             self, stored: tuple[Backend, BlockKey, bytes]) -> None:
         backend, k, _ = stored
@@ -482,6 +547,52 @@ class CodecContract:
         payload = b"".join(bytes(p) for p in pieces)
         with pytest.raises(CorruptBlockError):
             codec.decode(memoryview(payload), params, layout, memoryview(bytearray(len(raw) + 2)))
+
+
+    def _stream_decode(self, codec: Codec, payload: bytes, params: dict, layout: KVLayout, dest: memoryview,
+                       cuts: list[int]) -> bool:
+        """Decode ``payload`` fed up to each of ``cuts``, then whole; False: no stream decoder."""
+        stream = codec.stream_decoder(params, layout, dest, len(payload))
+        if stream is None:
+            return False
+        for cut in cuts:
+            stream.feed(memoryview(payload)[:cut])
+        stream.finish(memoryview(payload))
+        return True
+
+    def test_stream_decoder_decodes_what_decode_does(self, codec: Codec) -> None:
+        for layout in self.layouts:
+            raw = random_kv(layout, 11)
+            pieces, params = codec.encode(memoryview(raw), layout)
+            payload = b"".join(bytes(p) for p in pieces)
+            whole = bytearray(len(raw))
+            codec.decode(memoryview(payload), params, layout, memoryview(whole))
+            rng = random.Random(layout.dtype)
+            for cuts in ([], [0, 1, 16], sorted(rng.randrange(len(payload) + 1) for _ in range(6)),
+                         list(range(0, len(payload), max(1, len(payload) // 40)))):
+                streamed = bytearray(len(raw))
+                if not self._stream_decode(codec, payload, params, layout, memoryview(streamed), cuts):
+                    return  # this codec decodes whole payloads only
+                assert streamed == whole, f"{layout.dtype}: fed up to {cuts[:4]}... it decoded other bytes"
+
+    def test_stream_decoder_finds_a_truncated_or_damaged_payload(self, codec: Codec) -> None:
+        layout = self.layouts[0]
+        raw = random_kv(layout, 12)
+        pieces, params = codec.encode(memoryview(raw), layout)
+        payload = b"".join(bytes(p) for p in pieces)
+        dest = memoryview(bytearray(len(raw)))
+        if codec.stream_decoder(params, layout, dest, len(payload)) is None:
+            return
+        for cut in (0, len(payload) // 2, len(payload) - 1):  # fewer bytes than the payload claims
+            stream = codec.stream_decoder(params, layout, dest, len(payload))
+            assert stream is not None
+            stream.feed(memoryview(payload)[:cut])
+            with pytest.raises(CorruptBlockError):
+                stream.finish(memoryview(payload)[:cut])
+        stream = codec.stream_decoder(params, layout, dest, len(payload) + 5)  # more bytes than it holds
+        assert stream is not None
+        with pytest.raises(CorruptBlockError):
+            stream.finish(memoryview(payload + b"extra"))
 
 
 def _itemsize(dtype: str) -> int:
