@@ -249,3 +249,27 @@ def test_fsck_keyed_counts_a_planted_block_that_plain_fsck_calls_ok(tmp_path: Pa
     rc, keyed = fsck("--keyed", keys_env=KEY_NEW)
     assert rc == 1 and keyed["ok"] == 2 and keyed["corrupt"] == 1, keyed
     assert fsck("--keyed")[0] == 2, "--keyed without keys is refused, naming the variable"
+
+
+def test_a_keyed_coding_tier_decodes_nothing_of_a_planted_block(tmp_path: Path) -> None:
+    """A coding tier with o_direct decodes a lossless block piece by piece as it is read; a keyed
+    one must not: not a byte of a planted block reaches the caller's buffer before its MAC fails."""
+    import numpy as np
+    from lifeboatcache_core.abc import KVLayout
+
+    layout = KVLayout("bfloat16", (2, 8, 256, 4, 64), ("kv", "layer", "token", "head", "dim"))
+    x = np.random.default_rng(3).standard_normal(2 * 8 * 256 * 4 * 64).astype(np.float32)
+    forged = (x.view(np.uint32) >> 16).astype(np.uint16).tobytes()  # 2 MiB of bf16 KV: a payload of > 1 MiB
+    ks, shared = keys(1), tmp_path / "shared"
+    coded = {"codec": "lossless", "o_direct": True}
+    with open_cache(tmp_path / "victim0", keyed_tier(shared, KEY_NEW) | coded) as cache:
+        assert all(cache.put(ks, [bytes(len(forged))], layout=layout))
+    with open_cache(tmp_path / "attacker", file_tier(shared) | coded) as evil:
+        evil.all_tiers[0].discard(ks)  # the attacker's own cache replaces the block with its KV
+        assert all(evil.put(ks, [forged], layout=layout))
+    with open_cache(tmp_path / "victim1", keyed_tier(shared, KEY_NEW) | coded) as cache:
+        assert cache.wait_ready(30)
+        dest = bytearray(b"\xee") * len(forged)
+        assert cache.get(ks, [dest]) == [False]
+        assert dest == bytearray(b"\xee") * len(forged), "a planted block was decoded before its MAC was checked"
+        assert cache.stats()["nvme"]["tampered_blocks"] == 1

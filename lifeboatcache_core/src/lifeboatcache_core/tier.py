@@ -647,10 +647,8 @@ class Tier:
         assert self.backend is not None
         try:
             meta, payload = self.backend.read(key)
-            if self.signer is not None:
-                self.signer.verify(meta, (payload,))
             raw = bytearray(meta.raw_len)
-            self._codec_for(meta.codec).decode(payload, meta.codec_params, layout_from_meta(meta), memoryview(raw))
+            _DecodeInto(memoryview(raw), self._codec_for, self.signer).whole(meta, payload)
         except (KeyError, OSError, LifeboatError, ValueError):
             return
         lower.store_passing_bypass(key, memoryview(raw), layout_from_meta(meta), None)
