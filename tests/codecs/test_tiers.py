@@ -135,3 +135,20 @@ def test_a_tier_stores_raw_until_it_fills_then_encodes(tmp_path: Path) -> None:
         for ok, block, back in zip(got, data, out, strict=True):
             assert not ok or np.array_equal(block, back)
         assert sum(got) >= 6
+
+
+def test_a_block_found_while_the_index_loads_is_indexed_at_its_stored_size(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A coding tier's load of a block its index does not hold yet (a restart's index still
+    loading) indexes it at the size stored on disk, as ``put`` and ``scan`` count it, not at its
+    payload's: capacity is counted right, and the next load reads the size it is given."""
+    ks, data = keys(1), blocks(1)
+    with open_cache(tmp_path, "lossless") as cache:
+        tier = cache.all_tiers[0]
+        assert cache.put(ks, data, layout=LAYOUT) == [True]
+        stored = tier.index[ks[0]]
+        tier.drop_from_index(ks)  # the file stays: as after a restart, before recovery reaches it
+        monkeypatch.setattr(tier, "index_complete", False)
+        out = np.zeros_like(data[0])
+        assert cache.get(ks, [out]) == [True] and np.array_equal(out, data[0])
+        assert tier.index[ks[0]] == stored and tier.sample().bytes_used == stored

@@ -107,10 +107,12 @@ class Backend(ABC):
         ``dest`` (copy-free) and the returned view is ``dest``; otherwise a new buffer is used.
         """
 
-    def read_payload(self, key: BlockKey, sink: PayloadSink, stored_size: int | None = None) -> BlockMeta:
+    def read_payload(self, key: BlockKey, sink: PayloadSink,
+                     stored_size: int | None = None) -> tuple[BlockMeta, int]:
         """Hand the payload of ``key`` to ``sink``: ``begin`` with the verified header, then, if it
         asked for them, ``feed`` with the payload's arrived prefixes, then ``end`` with the whole
-        payload once its hash is checked; return the meta.
+        payload once its hash is checked; return the meta and the block's stored size (as ``put``
+        and ``scan`` count it, where the read tells it; the payload's length otherwise).
 
         For a payload the caller decodes at once (a coding tier): the views ``sink`` gets may be
         the backend's own scratch memory, valid only during each call, so no buffer is allocated
@@ -121,7 +123,7 @@ class Backend(ABC):
         meta, payload = self.read(key)
         sink.begin(meta, payload.nbytes)
         sink.end(payload)
-        return meta
+        return meta, payload.nbytes
 
     @abstractmethod
     def exists(self, key: BlockKey) -> bool:

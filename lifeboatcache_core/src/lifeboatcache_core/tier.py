@@ -690,7 +690,7 @@ class Tier:
         try:
             if self._identity:  # the payload is the raw bytes: read straight into dest
                 meta, payload = backend.read(key, dest)
-                payload_len = payload.nbytes
+                stored_len = payload.nbytes
                 if payload.obj is not dest.obj or not self._codec_for(meta.codec).identity:
                     # not read into dest, or a block an earlier codec of this tier wrote
                     _DecodeInto(dest, self._codec_for, self.signer).whole(meta, payload)
@@ -701,8 +701,7 @@ class Tier:
                         raise IncompatibleBlockError(f"block holds {meta.raw_len} bytes, caller expects {dest.nbytes}")
             else:  # decoded from the backend's own buffer as it is read, nothing copied or allocated
                 sink = _DecodeInto(dest, self._codec_for, self.signer)
-                meta = backend.read_payload(key, sink, stored)
-                payload_len = sink.payload_len
+                meta, stored_len = backend.read_payload(key, sink, stored)
         except KeyError:
             with self.lock:
                 gone = key in self.index
@@ -727,7 +726,7 @@ class Tier:
             return None
         with self.lock:
             if stored is None and key not in self.index:  # found while the index was still loading
-                size = payload_len
+                size = stored_len
                 self.index[key] = size
                 self.used += size
                 self.policy.insert(key, size, None)
@@ -903,17 +902,16 @@ class _DecodeInto:
     codec its meta names and decodes into ``dest`` (a keyed tier's MAC checked first), fed in
     prefixes where the codec streams so that decoding overlaps the rest of the read."""
 
-    __slots__ = ("_codec", "_codec_for", "_dest", "_meta", "_signer", "_stream", "payload_len")
+    __slots__ = ("_codec", "_codec_for", "_dest", "_meta", "_signer", "_stream")
 
     def __init__(self, dest: memoryview, codec_for: Callable[[str], Codec], signer: BlockSigner | None) -> None:
         self._dest = dest
         self._codec_for = codec_for
         self._signer = signer
         self._stream: StreamDecoder | None = None
-        self.payload_len = 0
 
     def begin(self, meta: BlockMeta, payload_len: int) -> bool:
-        self._start(meta, payload_len)
+        self._start(meta)
         if self._signer is None:  # a keyed tier decodes nothing before its MAC is checked
             self._stream = self._codec.stream_decoder(meta.codec_params, layout_from_meta(meta), self._dest,
                                                       payload_len)
@@ -936,15 +934,14 @@ class _DecodeInto:
         """Decode a payload read whole (into ``dest`` itself, when the tier reads copy-free)."""
         if payload.obj is self._dest.obj:
             payload = memoryview(bytes(payload))
-        self._start(meta, payload.nbytes)
+        self._start(meta)
         self.end(payload)
 
-    def _start(self, meta: BlockMeta, payload_len: int) -> None:
+    def _start(self, meta: BlockMeta) -> None:
         if meta.raw_len != self._dest.nbytes:
             raise IncompatibleBlockError(f"block holds {meta.raw_len} bytes, caller expects {self._dest.nbytes}")
         self._meta = meta
         self._codec = self._codec_for(meta.codec)
-        self.payload_len = payload_len
 
     def _decoding(self, step: Callable[..., None], *args: Any) -> None:
         try:

@@ -317,7 +317,8 @@ class FileBackend(Backend):
                 return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             raise
 
-    def read_payload(self, key: BlockKey, sink: PayloadSink, stored_size: int | None = None) -> BlockMeta:
+    def read_payload(self, key: BlockKey, sink: PayloadSink,
+                     stored_size: int | None = None) -> tuple[BlockMeta, int]:
         """The whole block into this thread's scratch map, handed to ``sink`` from there.
 
         With the size the index knows, a buffered read is open + one ``preadv`` + close (no
@@ -332,10 +333,11 @@ class FileBackend(Backend):
         try:
             if stored_size is not None:
                 try:
-                    return self._read_to_sink(fd, key, sink, stored_size, hinted=True)
+                    return self._read_to_sink(fd, key, sink, stored_size, hinted=True), stored_size
                 except _WrongSize:
                     pass
-            return self._read_to_sink(fd, key, sink, os.fstat(fd).st_size, hinted=False)
+            size = os.fstat(fd).st_size
+            return self._read_to_sink(fd, key, sink, size, hinted=False), size
         finally:
             os.close(fd)
 

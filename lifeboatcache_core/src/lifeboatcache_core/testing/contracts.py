@@ -111,8 +111,9 @@ class BackendContract:
         stored = self._put(backend, key(10), data)
         for size in (stored, None, stored + 4096, 1):  # the put's size, none, and stale sizes to distrust
             sink = RecordingSink(stream)
-            meta = backend.read_payload(key(10), sink, size)
+            meta, stored_size = backend.read_payload(key(10), sink, size)
             assert meta.key == key(10).hex and sink.meta.raw_len == len(data)
+            assert stored_size in (stored, len(data)), "neither the size put returned nor the payload's"
             assert sink.payload == data and sink.payload_len == len(data)
             assert sink.calls[0] == "begin" and sink.calls[-1] == "end" and sink.calls.count("end") == 1
             assert stream or "feed" not in sink.calls, "a sink that asked for no prefixes was fed"
