@@ -312,6 +312,21 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* decode_range without the GIL, both buffers released after; 0, or -1 with ValueError set. */
+static int run_decode(Py_buffer *in, Py_buffer *dst, size_t total, size_t *next, size_t *pos) {
+    const char *err;
+    Py_BEGIN_ALLOW_THREADS
+    err = decode_range(in->buf, (size_t)in->len, total, dst->buf, (size_t)dst->len, next, pos);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(in);
+    PyBuffer_Release(dst);
+    if (err != NULL) {
+        PyErr_Format(PyExc_ValueError, "lossless format 2: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(decode_doc,
 "decode(payload, dest) -> None\n\n"
 "Write the raw bytes of a format-2 payload into the writable buffer ``dest`` (its exact size).\n"
@@ -319,20 +334,11 @@ PyDoc_STRVAR(decode_doc,
 
 static PyObject *py_decode(PyObject *self, PyObject *args) {
     Py_buffer in, dst;
-    const char *err;
     size_t next = 0, pos = 0;
     (void)self;
 
     if (!PyArg_ParseTuple(args, "y*w*", &in, &dst)) return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    err = decode_range(in.buf, (size_t)in.len, (size_t)in.len, dst.buf, (size_t)dst.len, &next, &pos);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&in);
-    PyBuffer_Release(&dst);
-    if (err != NULL) {
-        PyErr_Format(PyExc_ValueError, "lossless format 2: %s", err);
-        return NULL;
-    }
+    if (run_decode(&in, &dst, (size_t)in.len, &next, &pos) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -347,7 +353,6 @@ PyDoc_STRVAR(decode_prefix_doc,
 
 static PyObject *py_decode_prefix(PyObject *self, PyObject *args) {
     Py_buffer in, dst;
-    const char *err;
     Py_ssize_t total, next_in, pos_in;
     size_t next, pos;
     (void)self;
@@ -361,15 +366,7 @@ static PyObject *py_decode_prefix(PyObject *self, PyObject *args) {
     }
     next = (size_t)next_in;
     pos = (size_t)pos_in;
-    Py_BEGIN_ALLOW_THREADS
-    err = decode_range(in.buf, (size_t)in.len, (size_t)total, dst.buf, (size_t)dst.len, &next, &pos);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&in);
-    PyBuffer_Release(&dst);
-    if (err != NULL) {
-        PyErr_Format(PyExc_ValueError, "lossless format 2: %s", err);
-        return NULL;
-    }
+    if (run_decode(&in, &dst, (size_t)total, &next, &pos) < 0) return NULL;
     return Py_BuildValue("(nn)", (Py_ssize_t)next, (Py_ssize_t)pos);
 }
 
