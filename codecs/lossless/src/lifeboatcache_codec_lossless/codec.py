@@ -203,7 +203,6 @@ class LosslessCodec(Codec):
             offset += length
         _interleave(planes, dest)
 
-
     def stream_decoder(self, params: dict[str, Any], layout: KVLayout | None, dest: memoryview,
                        payload_len: int) -> StreamDecoder | None:
         """Format 2 decodes chunk by chunk as the payload arrives (its piece table leads it);

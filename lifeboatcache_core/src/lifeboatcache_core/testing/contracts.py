@@ -549,7 +549,6 @@ class CodecContract:
         with pytest.raises(CorruptBlockError):
             codec.decode(memoryview(payload), params, layout, memoryview(bytearray(len(raw) + 2)))
 
-
     def _stream_decode(self, codec: Codec, payload: bytes, params: dict, layout: KVLayout, dest: memoryview,
                        cuts: list[int]) -> bool:
         """Decode ``payload`` fed up to each of ``cuts``, then whole; False: no stream decoder."""
