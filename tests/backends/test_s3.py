@@ -29,7 +29,7 @@ from lifeboatcache_core.testing import (
     backend_state_machine,
     claiming_block,
 )
-from lifeboatcache_core.testing.contracts import key
+from lifeboatcache_core.testing.contracts import RecordingSink, key
 
 from tests.backends.backend_faultproxy import FaultProxy
 from tests.backends.backend_lying_s3 import LyingS3
@@ -326,6 +326,12 @@ def test_bulk_calls_run_concurrently_and_delete_many_sends_no_head(moto: MotoSer
         assert [bytes(o[1]) for o in got[:8] if not isinstance(o, Exception)] == [block(i) for i in range(8)]
         assert isinstance(got[8], KeyError)
         assert most[0] > 1, "a bulk call's requests must overlap"
+        most[0] = 0
+        sinks = [RecordingSink() for _ in ks]
+        read = backend.read_payload_many(ks, sinks, [None] * len(ks))
+        assert not any(isinstance(o, Exception) for o in read)
+        assert [sink.payload for sink in sinks] == [block(i) for i in range(8)]
+        assert most[0] > 1, "a bulk payload read's requests must overlap (a coding tier's get)"
         calls.clear()
         assert backend.delete_many([*ks[:5], key(99)]) == [None] * 6
         assert calls == ["DeleteObject"] * 6  # no HEAD per key

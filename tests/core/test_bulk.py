@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lifeboatcache_core.abc import Backend
 from lifeboatcache_core.builtin.dram import DramBackend
 from lifeboatcache_core.chunkfile import BlockMeta
 from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.testing.contracts import RecordingSink
 
-from .helpers import blobs, keys, open_cache
+from .helpers import blobs, file_tier, keys, open_cache
 
 
 class FlakyDram(DramBackend):
@@ -140,3 +142,62 @@ def test_a_put_replacing_blocks_takes_their_room_not_the_policys_victim(tmp_path
         assert a not in top.index
         cache.drain()
         assert a in lower.index
+
+
+def test_the_default_bulk_payload_read_reports_each_failure_in_its_place() -> None:
+    a, bad, c, bug = keys(4)
+    backend = FlakyDram(io_fail=bad, bug=bug)
+    for k in (a, bad, c, bug):
+        backend.put(k, [b"z" * 8], BlockMeta.new(k, 8))
+    sinks = [RecordingSink() for _ in range(3)]
+    first, failed, last = backend.read_payload_many([a, bad, c], sinks, [None, None, None])
+    assert isinstance(failed, OSError)
+    assert not isinstance(first, Exception) and not isinstance(last, Exception)
+    assert sinks[0].payload == sinks[2].payload == b"z" * 8 and sinks[1].calls == []
+    with pytest.raises(TypeError):  # a bug is not a storage failure
+        backend.read_payload_many([bug], [RecordingSink()], [None])
+    with pytest.raises(ValueError):
+        backend.read_payload_many([a, c], [RecordingSink()], [None, None])
+
+
+@pytest.mark.parametrize("codec", ["none", "lossless"])
+def test_a_get_reads_each_slice_of_a_tier_in_one_bulk_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            codec: str) -> None:
+    """A store that pays a round trip per request (S3) runs a bulk call's requests at once; a get
+    that asked for its blocks one by one paid one round trip per block, whatever the store did."""
+    with open_cache(tmp_path, file_tier(tmp_path / "t", codec=codec, io_threads=2)) as cache:
+        ks, data = keys(10), blobs(10, 20_000)
+        cache.put(ks, data)
+        tier = cache.all_tiers[0]
+        backend = tier.backend
+        assert backend is not None
+        bulk = "read_many" if codec == "none" else "read_payload_many"
+        calls: list[int] = []
+        real = getattr(backend, bulk)
+
+        def counted(ks: Sequence[BlockKey], *args: Any) -> list[Any]:
+            calls.append(len(ks))
+            return real(ks, *args)
+
+        monkeypatch.setattr(backend, bulk, counted)
+        bufs = [bytearray(20_000) for _ in ks]
+        assert cache.get(ks, bufs) == [True] * 10
+        assert [bytes(b) for b in bufs] == data
+        assert sorted(calls) == [5, 5], f"one bulk call per slice of the get (io_threads = 2), got {calls}"
+
+
+def test_a_block_a_bulk_read_misses_is_read_from_the_tier_below(tmp_path: Path) -> None:
+    top = file_tier(tmp_path / "top")  # write-through (the default): the tier below holds every block too
+    below = {**file_tier(tmp_path / "below"), "name": "below"}
+    with open_cache(tmp_path, top, below) as cache:
+        ks, data = keys(4), blobs(4, 5_000)
+        cache.put(ks, data)
+        cache.drain()
+        upper = cache.all_tiers[0]
+        assert upper.backend is not None and cache.all_tiers[1].backend is not None
+        assert all(cache.all_tiers[1].backend.exists(k) for k in ks)
+        upper.backend.delete(ks[2])  # gone behind the index's back
+        bufs = [bytearray(5_000) for _ in ks]
+        assert cache.get(ks, bufs) == [True] * 4
+        assert [bytes(b) for b in bufs] == data
+        assert ks[2] not in upper.index

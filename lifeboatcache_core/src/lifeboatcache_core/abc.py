@@ -59,12 +59,22 @@ def read_items(keys: Sequence[BlockKey],
     return list(zip(keys, dests, strict=True))
 
 
+def payload_items(keys: Sequence[BlockKey], sinks: Sequence[PayloadSink],
+                  stored_sizes: Sequence[int | None]) -> list[tuple[BlockKey, PayloadSink, int | None]]:
+    """The ``read_payload`` arguments of a ``read_payload_many`` call, one triple per key (lengths checked)."""
+    if not len(keys) == len(sinks) == len(stored_sizes):
+        raise ValueError(f"{len(keys)} keys, {len(sinks)} sinks and {len(stored_sizes)} stored sizes")
+    return list(zip(keys, sinks, stored_sizes, strict=True))
+
+
 class PayloadSink(Protocol):
     """Takes a block's payload from ``Backend.read_payload`` (the tier's decoder, ``Tier.fetch``).
 
-    Views passed in are valid only during the call. A payload fed in prefixes is decoded from
-    bytes whose hash is not checked yet: whatever ``feed`` wrote is the caller's to discard if
-    ``read_payload`` then raises (the tier serves such a block as a miss, as any other).
+    Views passed in are valid only during the call. A sink refuses a payload by raising
+    CorruptBlockError (or a subclass), so that a bulk read reports it for that key alone. A
+    payload fed in prefixes is decoded from bytes whose hash is not checked yet: whatever
+    ``feed`` wrote is the caller's to discard if ``read_payload`` then raises (the tier serves
+    such a block as a miss, as any other).
     """
 
     def begin(self, meta: BlockMeta, payload_len: int) -> bool:
@@ -146,6 +156,12 @@ class Backend(ABC):
                   dests: Sequence[memoryview | None] | None = None) -> list[Outcome[tuple[BlockMeta, memoryview]]]:
         """``read(keys[i], dests[i])`` for every key: the meta and payload, or the error it raised."""
         return [outcome_of(self.read, k, dest) for k, dest in read_items(keys, dests)]
+
+    def read_payload_many(self, keys: Sequence[BlockKey], sinks: Sequence[PayloadSink],
+                          stored_sizes: Sequence[int | None]) -> list[Outcome[tuple[BlockMeta, int]]]:
+        """``read_payload(keys[i], sinks[i], stored_sizes[i])`` for every key: what it returned, or the
+        error it raised (a sink's own refusals are CorruptBlockErrors, reported the same way)."""
+        return [outcome_of(self.read_payload, *item) for item in payload_items(keys, sinks, stored_sizes)]
 
     def write_many(self, items: Sequence[tuple[BlockKey, Sequence[Buffer], BlockMeta]]) -> list[Outcome[int]]:
         """``put(key, payload, meta)`` for every item: the bytes stored, or the error it raised."""

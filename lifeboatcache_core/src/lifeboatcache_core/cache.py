@@ -390,12 +390,22 @@ class TieredCache:
 
         def work(tier: Tier, part: list[int]) -> None:
             start = up.index(tier)
-            served = hits = 0
-            for i in part:
-                if self._fetch_one(keys[i], views[i], up, start):
-                    job.ok[i] = True
-                    hits += 1
-                    served += views[i].nbytes
+            served = hits = missed = 0
+            found = tier.fetch_many([keys[i] for i in part], [views[i] for i in part])
+            for i, meta in zip(part, found, strict=True):
+                if meta is not None:
+                    if start > 0 and self.config.promote:
+                        self._promote(keys[i], bytes(views[i]), layout_from_meta(meta), up[:start])
+                else:
+                    missed += 1
+                    if not self._fetch_below(keys[i], views[i], up, start + 1):
+                        continue
+                job.ok[i] = True
+                hits += 1
+                served += views[i].nbytes
+            if missed:
+                with tier.lock:
+                    tier.stats.misses += missed
             self.telemetry.add(lookup_hit_blocks=hits, bytes_served=served)
 
         for j, indices in groups.items():
@@ -403,15 +413,11 @@ class TieredCache:
         self._finish_if_idle(job)
         return job.job_id
 
-    def _fetch_one(self, key: BlockKey, dest: memoryview, up: list[Tier], start: int) -> bool:
-        """Fetch from ``up[start]`` (``submit_get_into`` already found it may have ``key``), then lower tiers."""
-        for j in range(start, len(up)):
+    def _fetch_below(self, key: BlockKey, dest: memoryview, up: list[Tier], first: int) -> bool:
+        """Fetch a block the tier above ``up[first]`` missed from the first lower tier that has it."""
+        for j in range(first, len(up)):
             tier = up[j]
-            if j != start and not tier.may_have(key):
-                with tier.lock:
-                    tier.stats.misses += 1
-                continue
-            meta = tier.fetch(key, dest)
+            meta = tier.fetch(key, dest) if tier.may_have(key) else None
             if meta is not None:
                 if j > 0 and self.config.promote:
                     self._promote(key, bytes(dest), layout_from_meta(meta), up[:j])

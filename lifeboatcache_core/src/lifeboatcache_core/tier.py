@@ -23,6 +23,7 @@ from lifeboatcache_core.abc import (
     KVLayout,
     ManifestStore,
     StreamDecoder,
+    outcome_of,
 )
 from lifeboatcache_core.chunkfile import BlockMeta
 from lifeboatcache_core.config import manifest_scheme
@@ -49,8 +50,13 @@ MAX_BACKOFF_S = 60.0
 RESERVE_WAIT_S = 5.0
 
 
-class IncompatibleBlockError(LifeboatError):
-    """A valid block this process cannot decode (other codec version, other size)."""
+class IncompatibleBlockError(CorruptBlockError):
+    """A valid block this process cannot decode (other codec version, other size).
+
+    A CorruptBlockError so that a backend's bulk read reports it for its key alone (a sink's
+    refusals are CorruptBlockErrors); the tier tells the two apart: an incompatible block is a
+    miss but is neither quarantined nor forgotten.
+    """
 
 
 def describe_layout(layout: KVLayout | None) -> str:
@@ -676,72 +682,110 @@ class Tier:
 
     def fetch(self, key: BlockKey, dest: memoryview) -> BlockMeta | None:
         """Read, verify and decode ``key`` into ``dest``; None (a miss) on any failure."""
+        return self.fetch_many([key], [dest])[0]
+
+    def fetch_many(self, keys: Sequence[BlockKey], dests: Sequence[memoryview]) -> list[BlockMeta | None]:
+        """Read, verify and decode ``keys[i]`` into ``dests[i]``; None (a miss) where that fails.
+
+        One bulk backend call for all of them (a store that pays a round trip per request runs
+        them concurrently: a batch costs about one round trip, not one per block) and one hold
+        of the tier lock to account the blocks found.
+        """
+        results: list[BlockMeta | None] = [None] * len(keys)
         backend = self.backend
         if not self.up or backend is None:
-            return None
-        stored = self.index.get(key)
-        if stored is None:
-            if self._shared_rows():  # a fleet's block is stored only with its row: ask (on the read pool)
-                if not self._lookup(key):
-                    return None
-                stored = self.index.get(key)
-            elif self.index_complete and not self.cfg.shared:
-                return None
-        try:
-            if self._identity:  # the payload is the raw bytes: read straight into dest
-                meta, payload = backend.read(key, dest)
-                stored_len = payload.nbytes
-                if payload.obj is not dest.obj or not self._codec_for(meta.codec).identity:
-                    # not read into dest, or a block an earlier codec of this tier wrote
-                    _DecodeInto(dest, self._codec_for, self.signer).whole(meta, payload)
-                else:
-                    if self.signer is not None:
-                        self.signer.verify(meta, (payload,))
-                    if meta.raw_len != dest.nbytes:
-                        raise IncompatibleBlockError(f"block holds {meta.raw_len} bytes, caller expects {dest.nbytes}")
-            else:  # decoded from the backend's own buffer as it is read, nothing copied or allocated
-                sink = _DecodeInto(dest, self._codec_for, self.signer)
-                meta, stored_len = backend.read_payload(key, sink, stored)
-        except KeyError:
+            return results
+        wanted: list[int] = []
+        sizes: list[int | None] = []
+        for i, key in enumerate(keys):
+            stored = self.index.get(key)
+            if stored is None:
+                if self._shared_rows():  # a fleet's block is stored only with its row: ask (on the read pool)
+                    if not self._lookup(key):
+                        continue
+                    stored = self.index.get(key)
+                elif self.index_complete and not self.cfg.shared:
+                    continue
+            wanted.append(i)
+            sizes.append(stored)
+        if not wanted:
+            return results
+        wanted_keys = [keys[i] for i in wanted]
+        wanted_dests = [dests[i] for i in wanted]
+        if self._identity:  # the payload is the raw bytes: read straight into dest
+            read = backend.read_many(wanted_keys, wanted_dests)
+            outcomes = [outcome if isinstance(outcome, Exception) else outcome_of(self._raw_into, dest, *outcome)
+                        for outcome, dest in zip(read, wanted_dests, strict=True)]
+        else:  # decoded from the backend's own buffer as it is read, nothing copied or allocated
+            sinks = [_DecodeInto(dest, self._codec_for, self.signer) for dest in wanted_dests]
+            outcomes = backend.read_payload_many(wanted_keys, sinks, sizes)
+        found: list[tuple[BlockKey, int | None, int]] = []
+        for i, key, stored, outcome in zip(wanted, wanted_keys, sizes, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                self._read_failed(key, outcome)
+            else:
+                results[i] = outcome[0]
+                found.append((key, stored, outcome[1]))
+        if found:
+            self._count_reads(found)
+        return results
+
+    def _raw_into(self, dest: memoryview, meta: BlockMeta, payload: memoryview) -> tuple[BlockMeta, int]:
+        """Check (or, when not read into ``dest``, decode) a block an identity tier read."""
+        if payload.obj is not dest.obj or not self._codec_for(meta.codec).identity:
+            # not read into dest, or a block an earlier codec of this tier wrote
+            _DecodeInto(dest, self._codec_for, self.signer).whole(meta, payload)
+        else:
+            if self.signer is not None:
+                self.signer.verify(meta, (payload,))
+            if meta.raw_len != dest.nbytes:
+                raise IncompatibleBlockError(f"block holds {meta.raw_len} bytes, caller expects {dest.nbytes}")
+        return meta, payload.nbytes
+
+    def _read_failed(self, key: BlockKey, exc: Exception) -> None:
+        """A block ``fetch_many`` could not serve: forget, set aside or count it, by what failed."""
+        if isinstance(exc, KeyError):
             with self.lock:
                 gone = key in self.index
                 if gone:
                     self._forget(key)
             if gone and self.removal_listeners:  # its file vanished under us
                 self._tell_removed([key])
-            return None
-        except TamperedBlockError as exc:
-            self._tampered(key, exc.reason)
-            return None
-        except CorruptBlockError as exc:
-            self._corrupt(key, exc.reason)
-            return None
-        except IncompatibleBlockError as exc:
+        elif isinstance(exc, IncompatibleBlockError):  # valid, just not for this process: kept
             with self.lock:
                 self.stats.incompatible_blocks += 1
             log.debug("tier %s: %s: %s", self.name, key.hex[:16], exc)
-            return None
-        except OSError as exc:
+        elif isinstance(exc, TamperedBlockError):
+            self._tampered(key, exc.reason)
+        elif isinstance(exc, CorruptBlockError):
+            self._corrupt(key, exc.reason)
+        elif isinstance(exc, OSError):
             self._io_error(exc)
-            return None
+        else:
+            raise exc
+
+    def _count_reads(self, found: list[tuple[BlockKey, int | None, int]]) -> None:
+        """Account blocks read (key, size the index had, stored size read), under one hold of the lock."""
+        held: list[BlockKey] = []
         with self.lock:
-            if stored is None and key not in self.index:  # found while the index was still loading
-                size = stored_len
-                self.index[key] = size
-                self.used += size
-                self.policy.insert(key, size, None)
-            # evicted or discarded while it was read: the bytes served are right, but they are
-            # deleted now, so the key must not come back into the index (a block it does not hold)
-            held = key in self.index
-            if held:
-                self.policy.touch(key)
-                self._prefixes.used(key, time.monotonic())
-            self.stats.hits += 1
-            self.stats.bytes_read += self.index.get(key, stored or 0)
-        if self.manifest is not None and held:
-            self.manifest.record_access(key)
+            now = time.monotonic()
+            for key, stored, stored_len in found:
+                if stored is None and key not in self.index:  # found while the index was still loading
+                    self.index[key] = stored_len
+                    self.used += stored_len
+                    self.policy.insert(key, stored_len, None)
+                # evicted or discarded while it was read: the bytes served are right, but they are
+                # deleted now, so the key must not come back into the index (a block it does not hold)
+                if key in self.index:
+                    self.policy.touch(key)
+                    self._prefixes.used(key, now)
+                    held.append(key)
+                self.stats.hits += 1
+                self.stats.bytes_read += self.index.get(key, stored or 0)
+        if self.manifest is not None:
+            for key in held:
+                self.manifest.record_access(key)
         self._io_ok()
-        return meta
 
     def _corrupt(self, key: BlockKey, reason: str) -> None:
         with self.lock:

@@ -32,7 +32,7 @@ import boto3
 import botocore.config
 import botocore.exceptions
 import xxhash
-from lifeboatcache_core.abc import Backend, Outcome, outcome_of, read_items
+from lifeboatcache_core.abc import Backend, Outcome, PayloadSink, outcome_of, payload_items, read_items
 from lifeboatcache_core.chunkfile import (
     FIXED_LEN,
     TRAILER_LEN,
@@ -338,6 +338,11 @@ class S3Backend(Backend):
                   dests: Sequence[memoryview | None] | None = None) -> list[Outcome[tuple[BlockMeta, memoryview]]]:
         """Concurrent GETs: a batch costs about one round trip instead of one per block."""
         return self._each(self.read, read_items(keys, dests))
+
+    def read_payload_many(self, keys: Sequence[BlockKey], sinks: Sequence[PayloadSink],
+                          stored_sizes: Sequence[int | None]) -> list[Outcome[tuple[BlockMeta, int]]]:
+        """Concurrent GETs, each payload handed to its sink (decoded) on the thread that fetched it."""
+        return self._each(self.read_payload, payload_items(keys, sinks, stored_sizes))
 
     def write_many(self, items: Sequence[tuple[BlockKey, Sequence[Buffer], BlockMeta]]) -> list[Outcome[int]]:
         """Concurrent PUTs (each still atomic on its own)."""

@@ -220,6 +220,22 @@ class BackendContract:
         with pytest.raises(ValueError):
             backend.read_many([key(202)], [None, None])
 
+    def test_bulk_payload_read_reports_every_key_in_order(self, backend: Backend) -> None:
+        blobs = {key(220 + i): os.urandom(2000 + i) for i in range(3)}
+        self._put_many(backend, blobs)
+        asked = [key(220), key(299), key(221), key(222)]
+        sinks = [RecordingSink(stream=i % 2 == 0) for i in range(len(asked))]
+        got = backend.read_payload_many(asked, sinks, [None] * len(asked))
+        assert isinstance(got[1], KeyError), "an absent block is reported as such, in its place"
+        for k, sink, outcome in zip(asked, sinks, got, strict=True):
+            if k in blobs:
+                assert not isinstance(outcome, Exception), outcome
+                meta, stored = outcome
+                assert meta.key == k.hex and stored >= len(blobs[k]) and sink.payload == blobs[k]
+        assert backend.read_payload_many([], [], []) == []
+        with pytest.raises(ValueError):
+            backend.read_payload_many([key(220)], [RecordingSink()], [None, None])
+
     def test_bulk_delete_reports_every_key_in_order(self, backend: Backend) -> None:
         blobs = {key(210 + i): os.urandom(1000 + i) for i in range(4)}
         self._put_many(backend, blobs)
@@ -373,6 +389,24 @@ class CorruptionContract:
         damaged, fine = backend.read_many([k, good])
         assert isinstance(damaged, CorruptBlockError)
         assert not isinstance(fine, Exception) and bytes(fine[1]) == b"g" * 500
+
+    def test_bulk_payload_read_reports_a_damaged_or_refused_block_in_its_place(
+            self, stored: tuple[Backend, BlockKey, bytes]) -> None:
+        backend, k, _ = stored
+        good, refused = key(3), key(4)
+        for other in (good, refused):
+            backend.put(other, [b"g" * 500], meta_for(other, 500))
+        self.damage(backend, k, lambda raw: raw[: len(raw) // 2])
+
+        class Refusing(RecordingSink):
+            def begin(self, meta: BlockMeta, payload_len: int) -> bool:
+                raise CorruptBlockError("the sink does not take this block")
+
+        sinks = [RecordingSink(), RecordingSink(), Refusing()]
+        damaged, fine, declined = backend.read_payload_many([k, good, refused], sinks, [None, None, None])
+        assert isinstance(damaged, CorruptBlockError) and isinstance(declined, CorruptBlockError)
+        assert not isinstance(fine, Exception) and sinks[1].payload == b"g" * 500
+        assert "end" not in sinks[0].calls, "a damaged payload was handed over as checked"
 
     def test_block_of_another_key_is_detected(self, tmp_path: Path) -> None:
         b = self.make_backend(tmp_path)
