@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from lifeboatcache_core.abc import (
+    BLOCK_ERRORS,
     Backend,
     BlockHint,
     Codec,
@@ -682,15 +683,32 @@ class Tier:
 
     def fetch(self, key: BlockKey, dest: memoryview) -> BlockMeta | None:
         """Read, verify and decode ``key`` into ``dest``; None (a miss) on any failure."""
-        return self.fetch_many([key], [dest])[0]
+        backend = self.backend
+        if not self.up or backend is None:
+            return None
+        wanted, stored = self._to_read(key)
+        if not wanted:
+            return None
+        try:
+            if self._identity:  # the payload is the raw bytes: read straight into dest
+                meta, stored_len = self._raw_into(dest, *backend.read(key, dest))
+            else:  # decoded from the backend's own buffer as it is read, nothing copied or allocated
+                meta, stored_len = backend.read_payload(key, _DecodeInto(dest, self._codec_for, self.signer), stored)
+        except BLOCK_ERRORS as exc:
+            self._read_failed(key, exc)
+            return None
+        self._count_reads([(key, stored, stored_len)])
+        return meta
 
     def fetch_many(self, keys: Sequence[BlockKey], dests: Sequence[memoryview]) -> list[BlockMeta | None]:
-        """Read, verify and decode ``keys[i]`` into ``dests[i]``; None (a miss) where that fails.
+        """``fetch`` of every key: read, verify and decode ``keys[i]`` into ``dests[i]``; None where that fails.
 
         One bulk backend call for all of them (a store that pays a round trip per request runs
         them concurrently: a batch costs about one round trip, not one per block) and one hold
-        of the tier lock to account the blocks found.
+        of the tier lock to account the blocks found. One key is a plain ``fetch`` (no lists).
         """
+        if len(keys) == 1:
+            return [self.fetch(keys[0], dests[0])]
         results: list[BlockMeta | None] = [None] * len(keys)
         backend = self.backend
         if not self.up or backend is None:
@@ -698,16 +716,10 @@ class Tier:
         wanted: list[int] = []
         sizes: list[int | None] = []
         for i, key in enumerate(keys):
-            stored = self.index.get(key)
-            if stored is None:
-                if self._shared_rows():  # a fleet's block is stored only with its row: ask (on the read pool)
-                    if not self._lookup(key):
-                        continue
-                    stored = self.index.get(key)
-                elif self.index_complete and not self.cfg.shared:
-                    continue
-            wanted.append(i)
-            sizes.append(stored)
+            to_read, stored = self._to_read(key)
+            if to_read:
+                wanted.append(i)
+                sizes.append(stored)
         if not wanted:
             return results
         wanted_keys = [keys[i] for i in wanted]
@@ -729,6 +741,18 @@ class Tier:
         if found:
             self._count_reads(found)
         return results
+
+    def _to_read(self, key: BlockKey) -> tuple[bool, int | None]:
+        """Whether to ask the backend for ``key``, and the stored size the index holds (None: unknown)."""
+        stored = self.index.get(key)
+        if stored is None:
+            if self._shared_rows():  # a fleet's block is stored only with its row: ask (on the read pool)
+                if not self._lookup(key):
+                    return False, None
+                stored = self.index.get(key)
+            elif self.index_complete and not self.cfg.shared:
+                return False, None
+        return True, stored
 
     def _raw_into(self, dest: memoryview, meta: BlockMeta, payload: memoryview) -> tuple[BlockMeta, int]:
         """Check (or, when not read into ``dest``, decode) a block an identity tier read."""
