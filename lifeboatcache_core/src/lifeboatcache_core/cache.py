@@ -150,9 +150,8 @@ class TieredCache:
         manifest store its ``manifest_url`` selects when it opens, so a tier added by
         ``apply_config`` is the same kind of tier it would be at start.
         """
-        tier = Tier(tc, self.registry, seed=self._seed)
-        tier.removal_listeners = self._removal_listeners  # one dict: a later tier hears the same listeners
-        return tier
+        # one dict of removal listeners: a tier added later hears the same ones
+        return Tier(tc, self.registry, seed=self._seed, removal_listeners=self._removal_listeners)
 
     def listen_removed(self, namespace_id: str, listener: Callable[[list[BlockKey]], None] | None) -> None:
         """Call ``listener`` with batches of this namespace's keys that a tier no longer holds.
@@ -169,9 +168,8 @@ class TieredCache:
             self._removal_listeners[namespace_id] = listener
 
     def _start_index(self, tier: Tier) -> None:
-        if tier.index_complete or tier.index_loading:
+        if not tier.begin_index_load():
             return
-        tier.index_loading = True
         if self._background_index:
             threading.Thread(target=tier.load_index, name=f"lifeboat-index-{tier.name}", daemon=True).start()
         else:
@@ -197,7 +195,7 @@ class TieredCache:
 
     def _link_tiers(self) -> None:
         for upper, lower in itertools.pairwise(self.all_tiers):
-            upper.lower = lower
+            upper.link_below(lower)
 
     @property
     def tiers(self) -> list[Tier]:
@@ -385,8 +383,7 @@ class TieredCache:
                 misses[j] += 1
         for j, count in enumerate(misses):
             if count:
-                with up[j].lock:
-                    up[j].stats.misses += count
+                up[j].count(misses=count)
 
         def work(tier: Tier, part: list[int]) -> None:
             start = up.index(tier)
@@ -404,8 +401,7 @@ class TieredCache:
                 hits += 1
                 served += views[i].nbytes
             if missed:
-                with tier.lock:
-                    tier.stats.misses += missed
+                tier.count(misses=missed)
             self.telemetry.add(lookup_hit_blocks=hits, bytes_served=served)
 
         for j, indices in groups.items():
@@ -422,16 +418,14 @@ class TieredCache:
                 if j > 0 and self.config.promote:
                     self._promote(key, bytes(dest), layout_from_meta(meta), up[:j])
                 return True
-            with tier.lock:
-                tier.stats.misses += 1
+            tier.count(misses=1)
         return False
 
     def _promote(self, key: BlockKey, data: bytes, layout: KVLayout | None, uppers: list[Tier]) -> None:
         for tier in uppers:
             def run(tier: Tier = tier) -> None:
                 if tier.store(key, memoryview(data), layout, None):
-                    with tier.lock:
-                        tier.stats.promotions += 1
+                    tier.count(promotions=1)
             try:
                 fut = tier.write_pool.submit(run)
             except RuntimeError:
@@ -677,7 +671,7 @@ class TieredCache:
         result.applied += plan.applied
         result.restart += plan.restart
         for tier in tiers:
-            tier.lower = None
+            tier.link_below(None)
         self.config = plan.running
         self.all_tiers = tiers  # a new list: readers holding the old one stay consistent
         self._ensure_persistent_tier()

@@ -76,7 +76,8 @@ def layout_from_meta(meta: BlockMeta) -> KVLayout | None:
 class Tier:
     """A configured tier. All methods are thread-safe; I/O happens outside ``lock``."""
 
-    def __init__(self, cfg: TierConfig, registry: PluginRegistry, *, seed: int = 0) -> None:
+    def __init__(self, cfg: TierConfig, registry: PluginRegistry, *, seed: int = 0,
+                 removal_listeners: dict[str, Callable[[list[BlockKey]], None]] | None = None) -> None:
         self.cfg = cfg
         self.name = cfg.label
         self.backend_name = cfg.backend
@@ -105,7 +106,8 @@ class Tier:
         self.index: dict[BlockKey, int] = {}
         #: namespace id -> called with the keys of a batch this tier no longer holds (evicted, discarded,
         #: set aside), off the engine's thread; ``TieredCache`` shares one dict with all its tiers
-        self.removal_listeners: dict[str, Callable[[list[BlockKey]], None]] = {}
+        self.removal_listeners: dict[str, Callable[[list[BlockKey]], None]] = (
+            {} if removal_listeners is None else removal_listeners)
         # keep_prefixes: prefix depth of blocks stored with one, their last uses, return gaps
         self._prefixes = PrefixGuard(cfg.keep_prefixes_idle_s)
         self.used = 0
@@ -741,6 +743,25 @@ class Tier:
         if found:
             self._count_reads(found)
         return results
+
+    def count(self, *, misses: int = 0, promotions: int = 0) -> None:
+        """Count gets this tier could not serve and blocks promoted into it (the cache's jobs decide
+        where a get goes and what is promoted; the counters are the tier's)."""
+        with self.lock:
+            self.stats.misses += misses
+            self.stats.promotions += promotions
+
+    def begin_index_load(self) -> bool:
+        """Claim the rebuild of the index: False when it is complete or already being loaded."""
+        with self.lock:
+            if self.index_complete or self.index_loading:
+                return False
+            self.index_loading = True
+            return True
+
+    def link_below(self, lower: Tier | None) -> None:
+        """The tier below in the cache's order (write-back demotions go there); None unlinks."""
+        self.lower = lower
 
     def _to_read(self, key: BlockKey) -> tuple[bool, int | None]:
         """Whether to ask the backend for ``key``, and the stored size the index holds (None: unknown)."""
