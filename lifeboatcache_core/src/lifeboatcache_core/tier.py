@@ -788,7 +788,7 @@ class Tier:
         return meta, payload.nbytes
 
     def _read_failed(self, key: BlockKey, exc: Exception) -> None:
-        """A block ``fetch_many`` could not serve: forget, set aside or count it, by what failed."""
+        """A block ``fetch`` or ``fetch_many`` could not serve: forget, set aside or count it, by what failed."""
         if isinstance(exc, KeyError):
             with self.lock:
                 gone = key in self.index
