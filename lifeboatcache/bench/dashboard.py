@@ -55,8 +55,7 @@ def _fill_indexes(cache: TieredCache, blocks: int) -> None:
     per_tier = blocks // len(cache.all_tiers)
     for t, tier in enumerate(cache.all_tiers):
         batch = [(BlockKey("bench", (t << 40 | i).to_bytes(8, "big") * 4), 65_536) for i in range(per_tier)]
-        index_blocks = getattr(tier, "add_to_index", None) or tier._add_scanned  # renamed by the recovery work
-        index_blocks(batch)
+        tier.add_to_index(batch)
 
 
 def _time_endpoints(url: str, requests: int) -> dict[str, dict[str, float]]:

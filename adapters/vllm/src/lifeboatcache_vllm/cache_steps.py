@@ -47,7 +47,7 @@ def only_in(cache: TieredCache, name: str, timeout_s: float = 120.0) -> dict[str
         raise ValueError(f"no tier {name!r}; tiers: {', '.join(names)}")
     j = names.index(name)
     target, above = tiers[j], tiers[:j]
-    keys = list({key for tier in above for key in list(tier.index)})
+    keys = list({key for tier in above for key in tier.indexed_except(set())})  # each a snapshot under its lock
     deadline = time.monotonic() + timeout_s
     waited = time.monotonic()
     while True:
