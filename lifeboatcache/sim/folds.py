@@ -40,16 +40,19 @@ from lifeboatcache.traces import Conversation
 
 #: per tunable policy, the candidate option sets compared by the folds (absolute, so a label
 #: means the same whatever the installed defaults); the first is the installed default, so a
-#: tie keeps it. epicache: its return predictor (the learnt return model, or the per-episode
-#: rhythm of the previous defaults), the model's horizon, and the bypass rule
+#: tie keeps it. epicache: the per-episode rhythm predictor with each of its three options
+#: (patience, gap_smoothing, warm_order) moved from the default, and without the hole bypass.
+#: The learnt return model (``predictor="returns"``) lost to the rhythm on every held fold of
+#: two selections (2026-12-01 and 2026-12-04: bench/results README) and is no longer a candidate
+_RHYTHM = {"predictor": "rhythm", "bypass": "holes", "patience": 1.5, "gap_smoothing": 0.05, "warm_order": "farthest"}
 TUNABLES: dict[str, list[dict[str, Any]]] = {
     "epicache": [
-        {"predictor": "rhythm", "bypass": "holes"},
-        {"predictor": "rhythm", "bypass": "off"},
-        {"predictor": "returns", "bypass": "unlikely", "horizon": 1.0},
-        {"predictor": "returns", "bypass": "holes", "horizon": 1.0},
-        {"predictor": "returns", "bypass": "off", "horizon": 1.0},
-        {"predictor": "returns", "bypass": "holes", "horizon": 3.0},
+        _RHYTHM,
+        {**_RHYTHM, "bypass": "off"},
+        {**_RHYTHM, "patience": 1.25},
+        {**_RHYTHM, "patience": 2.0},
+        {**_RHYTHM, "gap_smoothing": 0.2},
+        {**_RHYTHM, "warm_order": "recent"},
     ],
 }
 

@@ -23,8 +23,10 @@ returns model on every held fold, issue 17). Every episode learns its own
 rhythm: the (log-mean) clock gap between its visits (a visit = a run of operations on the
 episode with no other operation in between). Its *deadline* is ``last_visit + patience * gap``.
 An episode past its deadline is cold and goes first, most overdue first. While no episode is
-cold, the warm episode visited most recently goes (``warm_order="recent"``; ``"farthest"``,
-``last_visit + gap`` farthest ahead, and ``"lru"`` remain options).
+cold, the warm episode expected back last goes (``warm_order="farthest"``: ``last_visit + gap``
+farthest ahead; ``"recent"``, the episode visited most recently, and ``"lru"`` remain options).
+``patience`` 1.5 and ``"farthest"`` were chosen by ``bench traces --folds 5`` on every held fold
+(2026-12-04); in one replay of all 150 traces at once 2.0 and ``"recent"`` do better (issue 17).
 
 Bypass (``admit``, Bélády's bypass). Once the tier is full, a new block is not stored when its
 parent was evicted or bypassed (a prompt hits only its leading run, so a block after a hole is
@@ -72,10 +74,10 @@ class EpiCacheConfig(PluginConfig):
         "holes", description="once the tier is full, do not store a block after a hole (its parent was "
         "evicted or bypassed) and, with predictor returns, a block of an episode less likely to return within "
         "the horizon than the next victim's (unlikely); only the first (holes); or store everything (off)")
-    patience: float = Field(2.0, gt=0.0, description="an episode is cold after this many of its usual gaps")
+    patience: float = Field(1.5, gt=0.0, description="an episode is cold after this many of its usual gaps")
     gap_smoothing: float = Field(0.05, gt=0.0, le=1.0, description="EWMA weight of a new visit gap (log scale)")
     warm_order: Literal["recent", "farthest", "lru"] = Field(
-        "recent", description="among warm episodes evict the most recently visited, the one expected back "
+        "farthest", description="among warm episodes evict the most recently visited, the one expected back "
         "last (last visit + its gap), or the least recently visited")
     clock: Literal["monotonic", "operations"] = Field(
         "monotonic", description="measure gaps in time.monotonic seconds, or in operations (inserts and touches)")
