@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from lifeboatcache_core.plugins import get_registry
 from typer.testing import CliRunner
 
 from lifeboatcache.cli import app
-from lifeboatcache.sim.folds import fold_workloads, pooled_gap, split_folds, stream_folds
+from lifeboatcache.sim.folds import TUNABLES, fold_workloads, pooled_gap, split_folds, stream_folds
 from lifeboatcache.sim.replay import SimResult
 from lifeboatcache.traces import Conversation, TraceRequest, TraceStream, load_traces
 
@@ -87,3 +88,11 @@ def test_bench_traces_folds_json(traces_dir: Path) -> None:
     assert len(held["epicache"]["per_fold_gap_closed"]) == 2
     assert held["lru"]["pooled_hit_frac"] <= held["belady"]["pooled_hit_frac"]
     assert isinstance(pick["installed_default_is_chosen"], bool)
+
+
+def test_each_tunable_policys_first_candidate_is_its_installed_default() -> None:
+    """The folds keep the first candidate on a tie and report whether the installed default is the
+    pick: both mean something only while the first candidate is what a user gets with no options."""
+    for name, candidates in TUNABLES.items():
+        model = get_registry().load("policy", name).config_model
+        assert model(**candidates[0]) == model(), (name, candidates[0], model().model_dump())
