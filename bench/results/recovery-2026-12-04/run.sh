@@ -7,6 +7,7 @@
 # newer plugin; python runs from /tmp so that its cwd (first on sys.path) is neither tree. Nothing else may run
 # meanwhile.
 #   bash bench/results/recovery-2026-12-04/run.sh BASE PAIRS BLOCKS
+# (after the recorded run, two unused imports left the prepare step's one-liner: same steps)
 set -eu
 cd "$(dirname "$0")/../../.."
 source bench/results/ab-lib.sh
@@ -18,7 +19,7 @@ ab_setup "${1:-4ba054f}" /tmp/ab-old-recovery "$OUT/runlog.txt" lifeboatcache_co
 for side in new old; do
   ab_use "$side"
   ab_log "prepare $side: $BLOCKS blocks ($(ab_tier_file))"
-  (cd /tmp && $AB_PY -c "import sys; from pathlib import Path; from lifeboatcache.bench.recovery import bench_key, prepare
+  (cd /tmp && $AB_PY -c "from pathlib import Path; from lifeboatcache.bench.recovery import prepare
 prepare(Path('/work/bench-recovery/$side/recovery-${BLOCKS}x4096'), $BLOCKS, 4096, show_progress=False)")
 done
 for i in $(seq 1 "${2:-3}"); do
