@@ -49,3 +49,23 @@ def test_a_block_whose_file_vanished_or_that_was_dropped_from_the_index_is_told(
         assert heard == ks[:1]
         nvme.drop_from_index(ks[1:2])  # a check found it gone
         assert heard == ks[:2]
+
+
+def test_cache_discard_removes_from_every_tier_without_demoting_and_is_heard(tmp_path: Path) -> None:
+    """An engine's delete: gone from the write-back DRAM tier *and* the file tier below it (a
+    tier's own eviction would have demoted the DRAM copy), each tier's batch told to the listener."""
+    heard: list[BlockKey] = []
+    dram = {"name": "dram", "backend": "dram", "capacity_gb": 0.01}
+    with open_cache(tmp_path, dram, file_tier(tmp_path / "t", write="back")) as cache:
+        ks = keys(4)
+        assert cache.put(ks, blobs(4, 1000)) == [True] * 4
+        cache.drain()
+        cache.listen_removed("testns", heard.extend)
+        # write-back: the file tier has none yet; a discard must not hand it the DRAM copies
+        freed = cache.discard(ks[:2] + keys(1, start=99))
+        assert freed == 2000
+        cache.drain()
+        assert [cache.presence([k])[0] for k in ks] == [False, False, True, True]
+        assert cache.exists(ks[:2]) == [False, False]
+        assert sorted(heard) == sorted(ks[:2])
+        assert cache.discard([]) == 0

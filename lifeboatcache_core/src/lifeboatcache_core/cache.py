@@ -556,6 +556,17 @@ class TieredCache:
         for tier in self.tiers:
             tier.touch(valid)
 
+    def discard(self, keys: Sequence[BlockKey]) -> int:
+        """Remove ``keys`` from every up tier now, demoting none of them; returns the bytes freed.
+
+        For an engine that deletes what it stored (LMCache's ``delete``, which its per-salt
+        quota eviction calls): unlike a tier's own eviction, the blocks must not reappear in a
+        tier below. On the caller's thread (the backends' deletes are I/O); removal listeners
+        hear each tier's batch. A tier that is down keeps its copies until it is back.
+        """
+        valid = [k for k in keys if self._valid(k)]
+        return sum(tier.discard(valid, demote=False) for tier in self.tiers) if valid else 0
+
     def drain(self, timeout: float | None = 30.0) -> None:
         """Wait for background work (promotions) to finish: for tests and clean shutdown."""
         deadline = None if timeout is None else time.monotonic() + timeout

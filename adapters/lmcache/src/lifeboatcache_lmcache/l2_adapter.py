@@ -15,6 +15,10 @@ LMCache's contract (``l2_adapters/base.py``) and how it is kept here:
 - Loads write into the caller's L1 buffers (copy-free for identity codecs) and verify every
   block (length, xxh3); a damaged block is a miss.
 - Each kind of task completes on one of three event fds, owned by this adapter.
+- Usage: the base class's byte accounting, per cache salt, of the objects this process stored
+  while a tier holds them. ``delete`` removes objects from every tier; a tier's own eviction
+  is reported too (``on_l2_keys_deleted``, usage down) once no tier holds the object, so
+  LMCache's view of L2 and its per-salt quotas follow what the tiers keep.
 
 Keys: ``ObjectKey`` names the model, the rank layout (``kv_rank``), the object group and
 the cache salt, not the weights nor the byte layout, so the namespace adds the weights
@@ -40,7 +44,7 @@ from lifeboatcache_core.keys import BlockKey, Namespace
 from lmcache.lmcache_native import Bitmap
 from lmcache.v1.distributed.api import MemoryLayoutDesc, ObjectKey
 from lmcache.v1.distributed.internal_api import L2StoreResult
-from lmcache.v1.distributed.l2_adapters.base import AdapterUsage, L2AdapterInterface, L2TaskId
+from lmcache.v1.distributed.l2_adapters.base import L2AdapterInterface, L2TaskId
 from lmcache.v1.distributed.l2_adapters.config import L2AdapterConfigBase
 from lmcache.v1.memory_management import MemoryObj
 from lmcache.v1.platform import create_event_notifier
@@ -120,6 +124,12 @@ class LifeboatL2Adapter(L2AdapterInterface):
         self._locks: Counter[ObjectKey] = Counter()
         self._namespaces: dict[tuple[str, int, int, str, str], str] = {}
         self._layouts_seen: dict[tuple[str, int, int, str], set[str]] = {}
+        #: the objects counted in the base class's usage, by block: their keys and sizes
+        self._counted: dict[BlockKey, tuple[ObjectKey, int]] = {}
+        self._removed: list[BlockKey] = []  # counted blocks a tier removed, for the waiters to settle
+        self._settling = False
+        # held while counting and telling LMCache, so its listeners hear a key stored before deleted
+        self._accounting = threading.Lock()
         self.cache: TieredCache | None = None
         self.disabled_reason = ""
         self.params = L2AdapterParams()
@@ -146,6 +156,7 @@ class LifeboatL2Adapter(L2AdapterInterface):
                 extra={"object_group": key.object_group_id},
             ).for_tenant(key.cache_salt)  # the salt's digest, never the salt, is stored beside the blocks
             ns_id = self.cache.register_namespace(ns)
+            self.cache.listen_removed(ns_id, self._on_removed)
             with self._lock:
                 self._namespaces[ident] = ns_id
                 self._layouts_seen.setdefault(ident[:4], set()).add(layout)
@@ -216,12 +227,30 @@ class LifeboatL2Adapter(L2AdapterInterface):
         success = all(stored)
         written = sum(objects[i].get_size() for i in ok_new)
         if ok_new:
-            self._notify_keys_stored([keys[i] for i in ok_new], [objects[i].get_size() for i in ok_new])
+            self._count([block_keys[i] for i in ok_new], [keys[i] for i in ok_new],
+                        [objects[i].get_size() for i in ok_new])
         if not success:
             already = len(keys) - len(new)
             log.warning("lifeboatcache: L2 store task %d: %d of %d objects not stored", task_id,
                         len(keys) - already - len(ok_new), len(keys))
         self._finish(self._stores, task_id, L2StoreResult(success, written), self._store_efd.notify)
+
+    def _count(self, blocks: list[BlockKey], keys: list[ObjectKey], sizes: list[int]) -> None:
+        """Count stored objects in the usage and tell LMCache's listeners; an object stored again
+        before its removal was settled stays counted (and told) once. One a tier removed again
+        already (a tight tier, or an eviction the listener skipped as not yet counted) is then
+        handed to the settling like any removal (an unknown answer, a tier still indexing, is not)."""
+        assert self.cache is not None
+        with self._accounting:
+            with self._lock:
+                fresh = [j for j, block in enumerate(blocks) if block not in self._counted]
+                for j in fresh:
+                    self._counted[blocks[j]] = (keys[j], sizes[j])
+            if fresh:
+                self._notify_keys_stored([keys[j] for j in fresh], [sizes[j] for j in fresh])
+        gone = [b for b, here in zip(blocks, self.cache.presence(blocks), strict=True) if here is False]
+        if gone:
+            self._on_removed(gone)
 
     def pop_completed_store_tasks(self) -> dict[L2TaskId, L2StoreResult]:
         with self._lock:
@@ -293,6 +322,80 @@ class LifeboatL2Adapter(L2AdapterInterface):
         with self._lock:
             return self._loads.pop(task_id, None)
 
+    # ------------------------------------------------------------------ delete and removals
+
+    def delete(self, keys: list[ObjectKey]) -> None:
+        """Remove objects from every tier now (LMCache's eviction: per-salt quotas, or a global policy).
+
+        Synchronous, like LMCache's own adapters. ``on_l2_keys_deleted`` hears each key a tier
+        held, once, and the usage drops by what this process had counted for it (an object kept
+        from an earlier run is removed and told with size 0). A key is found under the layouts
+        this adapter has seen for its model, rank, group and salt (LMCache looks a key up, with
+        its layout, before it can evict it).
+        """
+        if self.cache is None or not keys:
+            return
+        candidates = [self._lookup_candidates(k, None) for k in keys]
+        blocks = [b for cands in candidates for b in cands]
+        if not blocks:
+            return
+        held = self.cache.presence(blocks)
+        with self._accounting:
+            with self._lock:  # uncounted first, so the removal listener leaves these to us
+                counted = [self._counted.pop(b, None) for b in blocks]
+            self.cache.discard(blocks)
+            gone: dict[ObjectKey, int] = {}
+            found = iter(zip(held, counted, strict=True))
+            for key, cands in zip(keys, candidates, strict=True):
+                for _ in cands:
+                    here, entry = next(found)
+                    if entry is not None:
+                        gone[key] = gone.get(key, 0) + entry[1]
+                    elif here is True:
+                        gone.setdefault(key, 0)
+            if gone:
+                self._notify_keys_deleted(list(gone), list(gone.values()))
+
+    def _on_removed(self, blocks: list[BlockKey]) -> None:
+        """The cache's removal listener (a tier's I/O thread): note the counted blocks, and have a
+        waiter thread settle them (LMCache's listeners are not run on our I/O threads)."""
+        with self._lock:
+            self._removed.extend(b for b in blocks if b in self._counted)
+            if not self._removed or self._settling:
+                return
+            self._settling = True
+        try:
+            self._waiters.submit(self._settle_removed)
+        except RuntimeError:  # closing: nobody is listening any more
+            with self._lock:
+                self._settling = False
+
+    def _settle_removed(self) -> None:
+        """Blocks a tier removed that no tier holds now (one evicted from DRAM may still be on disk):
+        uncounted, and told to LMCache as deleted."""
+        try:
+            with self._lock:
+                removed, self._removed = list(dict.fromkeys(self._removed)), []
+            cache = self.cache
+            with self._accounting:
+                held = cache.presence(removed) if cache is not None else [False] * len(removed)
+                with self._lock:
+                    gone = [entry for block, here in zip(removed, held, strict=True) if here is not True
+                            for entry in [self._counted.pop(block, None)] if entry is not None]
+                if gone:
+                    self._notify_keys_deleted([key for key, _size in gone], [size for _key, size in gone])
+        finally:
+            with self._lock:
+                self._settling = False
+                again = bool(self._removed)
+            if again:
+                self._on_removed([])
+
+    def counted_objects(self) -> int:
+        """Objects in the usage (stored by this process, held by a tier)."""
+        with self._lock:
+            return len(self._counted)
+
     # ------------------------------------------------------------------ fds, status, lifecycle
 
     def get_store_event_fd(self) -> int:
@@ -303,11 +406,6 @@ class LifeboatL2Adapter(L2AdapterInterface):
 
     def get_load_event_fd(self) -> int:
         return self._load_efd.fileno()
-
-    def get_usage(self) -> AdapterUsage:
-        """What the tiers hold (they evict themselves, so LMCache sees no capacity to manage)."""
-        used = sum(t["bytes_used"] for t in self.cache.stats().values()) if self.cache else 0
-        return AdapterUsage(total_bytes_used=used, total_capacity_bytes=0)
 
     def report_status(self) -> dict[str, Any]:
         if self.cache is None:
@@ -327,6 +425,9 @@ class LifeboatL2Adapter(L2AdapterInterface):
             efd.close()
 
     def close(self) -> None:
+        if self.cache is not None:
+            for ns_id in list(self._namespaces.values()):
+                self.cache.listen_removed(ns_id, None)
         self._waiters.shutdown(wait=True)
         if self.cache is not None:
             self.cache.close()

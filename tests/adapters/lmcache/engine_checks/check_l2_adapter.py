@@ -197,6 +197,125 @@ def test_damaged_chunk_is_a_failed_load_bit(tmp_path: Path, config_file: Path, m
     assert lookup(second, ks) == [0, 2]  # set aside after the failed check
 
 
+class Heard:
+    """An LMCache ``L2AdapterListener``: what the adapter told it."""
+
+    def __init__(self) -> None:
+        self.stored: list[ObjectKey] = []
+        self.deleted: list[list[ObjectKey]] = []
+
+    def on_l2_keys_stored(self, keys: list[ObjectKey], sizes: list[int]) -> None:
+        self.stored.extend(keys)
+
+    def on_l2_keys_accessed(self, keys: list[ObjectKey]) -> None:
+        pass
+
+    def on_l2_keys_deleted(self, keys: list[ObjectKey]) -> None:
+        self.deleted.append(list(keys))
+
+
+def two_tier_config(tmp_path: Path, *, nvme_gb: float = 1.0) -> Path:
+    """DRAM over a write-through file tier: every object is held twice."""
+    path = tmp_path / "two.toml"
+    path.write_text(f'[[tiers]]\nname = "dram"\nbackend = "dram"\ncapacity_gb = 0.05\n\n'
+                    f'[[tiers]]\nname = "nvme"\nbackend = "file"\npath = "{tmp_path / "tier"}"\n'
+                    f'capacity_gb = {nvme_gb}\nwrite = "through"\n\n[fallback_local]\nenabled = false\n')
+    return path
+
+
+def settled(adapter: Any, expect: Any) -> None:
+    """Wait until the adapter's waiters have settled the tiers' removals (``expect()`` holds)."""
+    deadline = time.monotonic() + TIMEOUT
+    while not expect():
+        assert time.monotonic() < deadline, "removals were not settled"
+        time.sleep(0.02)
+
+
+def test_delete_removes_from_every_tier_and_usage_is_per_cache_salt(tmp_path: Path, make_obj: Any,
+                                                                    adapters: list[Any]) -> None:
+    """LMCache's delete (its per-salt quota eviction calls it) and get_usage().bytes_by_cache_salt."""
+    config = two_tier_config(tmp_path)
+    adapter = create(config)
+    heard = Heard()
+    adapter.register_listener(heard)
+    alice, bob = keys(3, salt="alice"), keys(1, salt="bob", start=50)
+    size = make_obj().get_size()
+    assert store(adapter, alice + bob, [make_obj(seed=i) for i in range(4)]).is_successful()
+    assert store(adapter, alice, [make_obj(seed=i) for i in range(3)]).bytes_transferred() == 0  # not again
+    usage = adapter.get_usage()
+    assert dict(usage.bytes_by_cache_salt) == {"alice": 3 * size, "bob": size}
+    assert usage.total_bytes_used == 4 * size and heard.stored == alice + bob
+
+    adapter.delete([alice[0], keys(1, salt="alice", start=99)[0]])  # one never stored
+    assert heard.deleted == [[alice[0]]]  # told once, though two tiers held it
+    assert dict(adapter.get_usage().bytes_by_cache_salt) == {"alice": 2 * size, "bob": size}
+    assert lookup(adapter, alice + bob) == [1, 2, 3]
+    adapter.delete(alice[1:])
+    assert dict(adapter.get_usage().bytes_by_cache_salt) == {"bob": size}
+    assert adapter.get_usage().total_bytes_used == size
+    adapter.close()
+
+    again = create(config)  # deleted from the file tier too, not demoted to it: gone after a restart
+    adapters.append(again)
+    assert again.cache.wait_ready(30)
+    assert lookup(again, alice + bob) == [3]
+    assert again.get_usage().total_bytes_used == 0  # counts what this process stored
+    again.delete(bob)  # kept from the earlier run: removed, and told with no bytes
+    assert lookup(again, bob) == [] and again.get_usage().total_bytes_used == 0
+
+
+def test_tier_evictions_are_told_to_lmcache_and_leave_the_usage(tmp_path: Path, make_obj: Any,
+                                                               adapters: list[Any]) -> None:
+    """The tiers evict by their own policy; LMCache hears which objects no tier holds any more."""
+    size = make_obj().get_size()
+    adapter = create(write_config(tmp_path, capacity_gb=12 * size / 1024**3))
+    adapters.append(adapter)
+    heard = Heard()
+    adapter.register_listener(heard)
+    ks = keys(40, salt="s")
+    for i, key in enumerate(ks):  # one by one, so each store sees the last one's evictions
+        assert store(adapter, [key], [make_obj(seed=i)]).is_successful()
+    held = lookup(adapter, ks)
+    assert 0 < len(held) < len(ks)
+    settled(adapter, lambda: adapter.counted_objects() == len(held))
+    told = {k for batch in heard.deleted for k in batch}
+    assert told == {ks[i] for i in range(len(ks)) if i not in held}
+    assert sum(len(batch) for batch in heard.deleted) == len(told)  # each once
+    assert dict(adapter.get_usage().bytes_by_cache_salt) == {"s": len(held) * size}
+
+
+def test_lmcache_isolated_lru_quota_evicts_one_salt_through_our_delete(config_file: Path, make_obj: Any,
+                                                                      adapters: list[Any]) -> None:
+    """LMCache's own L2 eviction controller with its per-salt LRU and quotas, over our adapter."""
+    from lmcache.v1.distributed.config import EvictionConfig
+    from lmcache.v1.distributed.quota_manager import QuotaManager
+    from lmcache.v1.distributed.storage_controllers.eviction_controller import (
+        L2AdapterEvictionState,
+        L2EvictionController,
+    )
+
+    adapter = create(config_file)
+    adapters.append(adapter)
+    size = make_obj().get_size()
+    state = L2AdapterEvictionState(adapter_id=0, adapter=adapter, eviction_config=EvictionConfig(
+        eviction_policy="IsolatedLRU", trigger_watermark=0.8, eviction_ratio=0.5))
+    quotas = QuotaManager()
+    quotas.set_quota("alice", 4 * size)
+    quotas.set_quota("bob", 100 * size)
+    alice, bob = keys(8, salt="alice"), keys(4, salt="bob", start=500)
+    assert store(adapter, alice + bob, [make_obj(seed=i) for i in range(12)]).is_successful()
+    controller = L2EvictionController([state], quota_manager=quotas)
+    controller.start()
+    try:
+        settled(adapter, lambda: adapter.get_usage().bytes_by_cache_salt.get("alice", 0) < 0.8 * 4 * size)
+    finally:
+        controller.stop()
+    kept = lookup(adapter, alice)
+    assert len(kept) < 4 and adapter.get_usage().bytes_by_cache_salt["alice"] == len(kept) * size
+    assert lookup(adapter, bob) == [0, 1, 2, 3]  # the other salt is untouched
+    assert adapter.get_usage().bytes_by_cache_salt["bob"] == 4 * size
+
+
 @pytest.mark.parametrize("problem", ["unknown_key", "bad_tier"])
 def test_misconfiguration_serves_without_l2_or_fails(problem: str, tmp_path: Path, make_obj: Any,
                                                      adapters: list[Any], caplog: pytest.LogCaptureFixture) -> None:
