@@ -135,10 +135,9 @@ def test_epicache_measures_gaps_in_monotonic_seconds_by_default() -> None:
     assert evict(epi) == key(107)
 
 
-def _two_sessions(order: str, patience_step: float = 0.0) -> EpiCachePolicy:
+def _two_sessions(order: str) -> EpiCachePolicy:
     """A comes every 30 s, B every 5 s; A was served at t=60, B at t=62; now t=63 (neither late)."""
-    epi = EpiCachePolicy(EpiCacheConfig(predictor="rhythm", warm_order=order, gap_smoothing=0.5,  # type: ignore[arg-type]
-                                        patience_step=patience_step))
+    epi = EpiCachePolicy(EpiCacheConfig(predictor="rhythm", warm_order=order, gap_smoothing=0.5))  # type: ignore[arg-type]
     epi.clock = clock = FakeClock()
     visits = sorted([(t, "a") for t in (0.0, 30.0, 60.0)] + [(t, "b") for t in range(32, 63, 5)])
     for t, tag in visits:
@@ -158,28 +157,6 @@ def test_epicache_evicts_the_warm_session_served_last_by_default() -> None:
     assert evict(_two_sessions("recent")) == key(107)
     # "farthest" trusts the learnt rhythms (A back at ~90 s, B at ~67 s) and takes A's tail
     assert evict(_two_sessions("farthest")) == key(7)
-
-
-def test_epicache_learns_patience_from_evicted_blocks_that_come_back() -> None:
-    """ARC's rule on patience: a block evicted from a cold episode that comes back means patience
-    was too short; one evicted from a warm episode while overdue ones were kept, too long."""
-    epi = _two_sessions("farthest", patience_step=0.25)
-    start = epi._patience
-    assert evict(epi) == key(7)  # neither session is late: a warm eviction
-    epi.insert(key(7), 1, BlockHint("a", key(6), 7))  # ... and A came back for it: patience was too long
-    assert epi._patience == pytest.approx(start * 2 ** -0.25)
-    epi.clock.now = 10_000.0  # type: ignore[attr-defined]  # both long overdue: cold evictions
-    cold = evict(epi)
-    epi.insert(cold, 1)  # it rejoins its episode through its ghost
-    assert epi._patience == pytest.approx(start)  # back up by one step
-    epi.remove(key(0))  # gone without being a victim (a discard): it teaches nothing
-    epi.insert(key(0), 1, BlockHint("a", None, 0))
-    assert epi._patience == pytest.approx(start)
-
-    fixed = _two_sessions("farthest")  # patience_step 0 (the default): patience never moves
-    evict(fixed)
-    fixed.insert(key(7), 1, BlockHint("a", key(6), 7))
-    assert fixed._patience == start
 
 
 def test_epicache_first_gap_of_a_new_episode_is_the_mean_so_far() -> None:

@@ -75,9 +75,6 @@ class EpiCacheConfig(PluginConfig):
         "evicted or bypassed) and, with predictor returns, a block of an episode less likely to return within "
         "the horizon than the next victim's (unlikely); only the first (holes); or store everything (off)")
     patience: float = Field(1.5, gt=0.0, description="an episode is cold after this many of its usual gaps")
-    patience_step: float = Field(0.0, ge=0.0, le=1.0, description="learn patience online (log2 step per "
-                                 "evicted block that came back: up after a cold eviction, down after a warm "
-                                 "one); 0 keeps patience fixed")
     gap_smoothing: float = Field(0.05, gt=0.0, le=1.0, description="EWMA weight of a new visit gap (log scale)")
     warm_order: Literal["recent", "farthest", "lru"] = Field(
         "farthest", description="among warm episodes evict the most recently visited, the one expected back "
@@ -112,9 +109,6 @@ class EpiCachePolicy(EvictionPolicy):
         super().__init__(config, seed=seed)
         cfg: EpiCacheConfig = self.config  # type: ignore[assignment]
         self._patience = cfg.patience
-        self._patience_step = cfg.patience_step
-        self._last_victim: tuple[Hashable, bool] | None = None  # (key, its episode was cold)
-        self._ghost_cold: dict[Hashable, bool] = {}  # evicted key -> it went as a cold episode's block
         self._alpha = cfg.gap_smoothing
         self._warm_order = cfg.warm_order
         self._clock = 0
@@ -189,10 +183,6 @@ class EpiCachePolicy(EvictionPolicy):
         if key in self._blocks:
             self._visit(self._blocks[key][0])
             return
-        if self._ghost_cold:
-            cold = self._ghost_cold.pop(key, None)
-            if cold is not None:
-                self._learn_patience(cold)
         episode_id = self._episode_for(key, hint)
         episode = self._visit(episode_id)
         depth = hint.depth if hint is not None and hint.depth is not None else 0
@@ -231,11 +221,8 @@ class EpiCachePolicy(EvictionPolicy):
                 self._unlist(episode_id, episode)
             del self._episodes[episode_id]
         self._ghosts[key] = episode_id
-        if self._patience_step and self._last_victim is not None and self._last_victim[0] == key:
-            self._ghost_cold[key] = self._last_victim[1]
         while len(self._ghosts) > len(self._blocks) + 16:
-            gone, _ = self._ghosts.popitem(last=False)
-            self._ghost_cold.pop(gone, None)
+            self._ghosts.popitem(last=False)
 
     def victim(self, incoming: BlockKey | None = None) -> BlockKey | None:
         self._full = True
@@ -247,8 +234,6 @@ class EpiCachePolicy(EvictionPolicy):
             _, seq, key = heap[0]
             found = blocks.get(key)
             if found is not None and found[1] == seq:
-                if self._patience_step:
-                    self._last_victim = (key, not self._returns and episode.deadline < self._now())
                 return key  # type: ignore[return-value]
             heapq.heappop(heap)
         raise AssertionError("an episode with blocks has an empty heap")  # pragma: no cover
@@ -328,14 +313,6 @@ class EpiCachePolicy(EvictionPolicy):
         episode.warm_key = -now if order == "recent" else -(now + gap) if order == "farthest" else now
         self._push_rhythm(episode_id, episode)
         return episode
-
-    def _learn_patience(self, cold: bool) -> None:
-        """An evicted block came back (a miss a better choice would have hit). Gone as a cold
-        episode's: patience was too short, so more episodes should have stayed warm; gone as a warm
-        episode's while overdue ones were kept: too long. ARC's rule for its target size, applied
-        to patience; deadlines set earlier keep their patience until their episode's next visit."""
-        step = self._patience_step if cold else -self._patience_step
-        self._patience = min(16.0, max(0.25, self._patience * 2.0 ** step))
 
     def _push_rhythm(self, episode_id: Hashable, episode: _Episode) -> None:
         self._seq += 1
