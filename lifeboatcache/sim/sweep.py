@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from lifeboatcache_core.abc import EvictionPolicy
 from lifeboatcache_core.plugins import get_registry
@@ -72,6 +73,46 @@ def run_sweep(
             if on_result is not None:
                 on_result(result)
     return results
+
+
+def run_option_sets(
+    workload: Workload,
+    policy: str,
+    option_sets: Sequence[Mapping[str, object]],
+    fractions: Iterable[float] = DEFAULT_FRACTIONS,
+    *,
+    gpu_blocks: int = DEFAULT_GPU_BLOCKS,
+    seed: int = 0,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """One policy under several option sets in one replay of the whole workload, LRU and Bélády
+    beside each size: a row per run with the share of the LRU → Bélády gap it closes.
+
+    The folds (``sim.folds``) compare candidate options on 1/K of the sessions at a time; this
+    shows how the same candidates do with every session sharing the tier (a heavier load).
+    """
+    for options in option_sets:  # a bad option fails before the replays
+        make_policy(policy, seed, options)
+    gpu_hits = gpu_prefix_hits(workload, gpu_blocks)
+    rows: list[dict[str, Any]] = []
+    for fraction in fractions:
+        capacity = workload.capacity_blocks(fraction)
+        runs: list[tuple[str, dict[str, object] | None, SimResult]] = [
+            ("lru", None, simulate(workload, gpu_hits, make_policy("lru", seed), capacity, fraction)),
+            (BELADY, None, simulate_belady(workload, gpu_hits, capacity, fraction))]
+        for options in option_sets:
+            runs.append((policy, dict(options), simulate(workload, gpu_hits, make_policy(policy, seed, options),
+                                                         capacity, fraction)))
+        lru, best = runs[0][2].hit_frac, runs[1][2].hit_frac
+        for name, options, result in runs:
+            row = {"capacity_frac": fraction, "policy": name, "options": options,
+                   "hit_frac": round(result.hit_frac, 4),
+                   "gap_closed": round((result.hit_frac - lru) / (best - lru), 3) if best > lru else None,
+                   "cpu_seconds": round(result.seconds, 1)}
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+    return rows
 
 
 def gap_closed(results: Sequence[SimResult]) -> dict[str, dict[str, float]]:

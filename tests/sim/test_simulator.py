@@ -12,7 +12,7 @@ from lifeboatcache.cli import app
 from lifeboatcache.sim.belady import next_use, simulate_belady
 from lifeboatcache.sim.engine import gpu_prefix_hits
 from lifeboatcache.sim.replay import simulate
-from lifeboatcache.sim.sweep import make_policy, run_sweep, unlimited_hit_frac
+from lifeboatcache.sim.sweep import make_policy, run_option_sets, run_sweep, unlimited_hit_frac
 from lifeboatcache.sim.workload import Workload, load_workload
 
 
@@ -64,6 +64,19 @@ def test_sweep_rows_and_curve_grow_with_capacity(traces_dir: Path) -> None:
     rows = run_sweep(wl, ["lru", "belady"], [0.01, 0.05, 0.5], gpu_blocks=128)
     lru = [r.hit_frac for r in rows if r.policy == "lru"]
     assert lru == sorted(lru) and lru[0] < lru[-1]
+
+
+def test_option_sets_each_run_with_its_own_options_beside_lru_and_belady(traces_dir: Path) -> None:
+    wl = load_workload(traces_dir, limit=4)
+    sets = [{"warm_order": "lru", "bypass": "off"}, {"warm_order": "farthest"}]
+    rows = run_option_sets(wl, "epicache", sets, [0.05], gpu_blocks=128)
+    assert [(r["policy"], r["options"]) for r in rows] == [("lru", None), ("belady", None),
+                                                            ("epicache", sets[0]), ("epicache", sets[1])]
+    assert rows[0]["gap_closed"] == 0.0 and rows[1]["gap_closed"] == 1.0
+    gpu = gpu_prefix_hits(wl, 128)
+    alone = simulate(wl, gpu, make_policy("epicache", 0, sets[1]), wl.capacity_blocks(0.05), 0.05)
+    assert rows[3]["hit_frac"] == round(alone.hit_frac, 4)  # the options reached the policy
+    assert rows[2]["hit_frac"] != rows[3]["hit_frac"]
 
 
 def test_bench_traces_json(traces_dir: Path) -> None:
