@@ -384,6 +384,8 @@ class LifeboatL2Adapter(L2AdapterInterface):
                             for entry in [self._counted.pop(block, None)] if entry is not None]
                 if gone:
                     self._notify_keys_deleted([key for key, _size in gone], [size for _key, size in gone])
+        except Exception:  # on a waiter thread, whose future nobody reads: say it here
+            log.exception("lifeboatcache: settling the tiers' removals for LMCache failed")
         finally:
             with self._lock:
                 self._settling = False
