@@ -115,26 +115,99 @@ def test_vllm_native_rows_are_compressed(tmp_path: Path, codec: str, max_share: 
             assert err == 0 if codec == "lossless" else 0 < err < 0.15
 
 
-def test_a_tier_stores_raw_until_it_fills_then_encodes(tmp_path: Path) -> None:
-    """codec_from_fill: compression costs every store and load; it is paid only once capacity binds."""
-    data = blocks(8)
-    raw_size = data[0].nbytes
-    tier_config = {"name": "nvme", "backend": "file", "capacity_gb": 6.5 * raw_size / 1024**3,
+def fill_config(tmp_path: Path, capacity_blocks: float) -> dict:
+    raw_size = blocks(1)[0].nbytes
+    tier_config = {"name": "nvme", "backend": "file", "capacity_gb": capacity_blocks * raw_size / 1024**3,
                    "path": str(tmp_path / "tier"), "codec": "lossless", "codec_from_fill": 0.5}
-    config = {"tiers": [tier_config], "fallback_local": {"path": str(tmp_path / "fallback"), "capacity_gb": 1}}
-    with TieredCache(load_config_dict(config), background_index=False) as cache:
-        for key, block in zip(keys(8), data, strict=True):
-            assert cache.put([key], [block], layout=LAYOUT) == [True]
+    return {"tiers": [tier_config], "fallback_local": {"path": str(tmp_path / "fallback"), "capacity_gb": 1}}
+
+
+def stored_codecs(cache: TieredCache, ks: list[BlockKey]) -> list[str]:
+    tier = cache.tiers[0]
+    return [tier.backend.read_header(k)[0].codec for k in ks if k in tier.index]
+
+
+def test_a_tier_stores_raw_until_it_fills_then_compacts(tmp_path: Path) -> None:
+    """codec_from_fill: compression costs every store and load; it is paid only once capacity binds.
+    From then on new blocks are encoded and the raw ones re-encoded in place (compaction), so a
+    tier that fills holds what an always-coding one holds: here all 8 blocks, none evicted
+    (4 raw + 4 coded would not fit 6.5 blocks' room)."""
+    data, ks = blocks(8), keys(8)
+    with TieredCache(load_config_dict(fill_config(tmp_path, 6.5)), background_index=False) as cache:
         tier = cache.tiers[0]
-        codecs = [tier.backend.read_header(k)[0].codec for k in keys(8) if k in tier.index]
-        raw = codecs.count("none@1")
-        assert 3 <= raw <= 4 and codecs[:raw] == ["none@1"] * raw  # under half of 6.5 blocks: raw
-        assert codecs[raw:] and set(codecs[raw:]) == {"lossless@1"}  # then encoded
+        for key, block in zip(ks[:3], data[:3], strict=True):
+            assert cache.put([key], [block], layout=LAYOUT) == [True]
+        cache.drain()
+        assert stored_codecs(cache, ks[:3]) == ["none@1"] * 3  # under half of 6.5 blocks: raw, left raw
+        assert tier.stats.compacted == 0
+        for key, block in zip(ks[3:], data[3:], strict=True):
+            assert cache.put([key], [block], layout=LAYOUT) == [True]
+            cache.drain()
+        assert stored_codecs(cache, ks) == ["lossless@1"] * 8
+        assert tier.stats.evictions == 0 and tier.stats.compacted == 4 and tier.stats.compacted_bytes_saved > 0
+        files = sum(f.stat().st_size for f in (tmp_path / "tier").rglob("*.lbk"))
+        assert tier.used == sum(tier.index.values()) == files
         out = [np.empty_like(b) for b in data]
-        got = cache.get(keys(8), out)
-        for ok, block, back in zip(got, data, out, strict=True):
-            assert not ok or np.array_equal(block, back)
-        assert sum(got) >= 6
+        assert cache.get(ks, out) == [True] * 8
+        assert all(np.array_equal(block, back) for block, back in zip(data, out, strict=True))
+    with TieredCache(load_config_dict(fill_config(tmp_path, 6.5)), background_index=False) as cache:
+        assert cache.tiers[0].used == files  # the manifest's rows carry the re-encoded sizes
+        out = [np.empty_like(b) for b in data]
+        assert cache.get(ks, out) == [True] * 8
+        assert all(np.array_equal(block, back) for block, back in zip(data, out, strict=True))
+
+
+def test_raw_blocks_of_a_coding_tier_are_read_straight_into_the_callers_buffer(tmp_path: Path) -> None:
+    """Below codec_from_fill a load must cost what it costs without a codec: a raw block is read
+    into the caller's buffer (the identity path), not through the decoding sink and a copy."""
+    data, ks = blocks(5), keys(5)
+    with TieredCache(load_config_dict(fill_config(tmp_path, 6.5)), background_index=False) as cache:
+        backend = cache.tiers[0].backend
+        decoded: list[BlockKey] = []
+        read_payload_many, read_payload = backend.read_payload_many, backend.read_payload
+
+        def spy_many(keys, sinks, sizes=None):  # type: ignore[no-untyped-def]
+            decoded.extend(keys)
+            return read_payload_many(keys, sinks, sizes)
+
+        def spy_one(key, sink, stored_size=None):  # type: ignore[no-untyped-def]
+            decoded.append(key)
+            return read_payload(key, sink, stored_size)
+
+        backend.read_payload_many, backend.read_payload = spy_many, spy_one  # type: ignore[method-assign]
+        assert cache.put(ks[:3], data[:3], layout=LAYOUT) == [True] * 3
+        out = [np.empty_like(b) for b in data]
+        assert cache.get(ks[:3], out[:3]) == [True] * 3 and not decoded
+        for key, block in zip(ks[3:], data[3:], strict=True):  # the 5th finds the tier half full: coded,
+            assert cache.put([key], [block], layout=LAYOUT) == [True]  # and the raw ones are compacted
+        cache.drain()
+        assert cache.get(ks, out) == [True] * 5 and set(decoded) == set(ks)
+        assert all(np.array_equal(block, back) for block, back in zip(data, out, strict=True))
+
+
+def test_a_block_evicted_while_compacted_leaves_no_file(tmp_path: Path) -> None:
+    """Compaction writes outside the tier lock: a block discarded meanwhile must not come back as
+    a file the index does not hold (space the tier would never account or free)."""
+    data, ks = blocks(5), keys(5)
+    with TieredCache(load_config_dict(fill_config(tmp_path, 6.5)), background_index=False) as cache:
+        tier = cache.tiers[0]
+        for key, block in zip(ks[:4], data[:4], strict=True):
+            assert cache.put([key], [block], layout=LAYOUT) == [True]
+        backend, put = tier.backend, tier.backend.put
+        victim = ks[0]
+
+        def put_after_discard(key: BlockKey, payload, meta):  # type: ignore[no-untyped-def]
+            if key == victim and meta.codec == "lossless@1":
+                tier.discard([victim])  # evicted between compaction's read and its write
+            return put(key, payload, meta)
+
+        backend.put = put_after_discard  # type: ignore[method-assign]
+        assert cache.put([ks[4]], [data[4]], layout=LAYOUT) == [True]
+        cache.drain()
+        assert victim not in tier.index and not backend.exists(victim)
+        assert tier.stats.compacted >= 1  # then the fill fell below half (the discard freed a block)
+        files = sum(f.stat().st_size for f in (tmp_path / "tier").rglob("*.lbk"))
+        assert tier.used == sum(tier.index.values()) == files
 
 
 def test_a_block_found_while_the_index_loads_is_indexed_at_its_stored_size(tmp_path: Path,

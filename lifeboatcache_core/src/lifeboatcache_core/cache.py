@@ -568,16 +568,18 @@ class TieredCache:
         return sum(tier.discard(valid, demote=False) for tier in self.tiers) if valid else 0
 
     def drain(self, timeout: float | None = 30.0) -> None:
-        """Wait for background work (promotions) to finish: for tests and clean shutdown."""
+        """Wait for background work (promotions, then the tiers' compaction) to finish: for tests and clean shutdown."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
                 pending = list(self._background)
             if not pending:
-                return
+                break
             for fut in pending:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 fut.result(remaining)
+        for tier in self.all_tiers:
+            tier.wait_compaction(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         """Wait until every up tier's index is loaded; return whether they all are."""

@@ -57,6 +57,8 @@ COUNTERS = {
     "raw_bytes_written": "Raw (engine) bytes of the blocks stored in this tier, before the codec",
     "declined": "Blocks a full tier declined rather than evict a shallower prefix block (keep_prefixes)",
     "bypassed": "New blocks not stored because the eviction policy's admit() refused them",
+    "compacted": "Blocks stored raw below codec_from_fill and re-encoded in place once the tier filled",
+    "compacted_bytes_saved": "Stored bytes freed by re-encoding raw blocks in place (compaction)",
 }
 
 #: per-tier gauges: name -> help

@@ -71,6 +71,8 @@ class TierStats:
     raw_bytes_written: int = 0
     declined: int = 0
     bypassed: int = 0
+    compacted: int = 0
+    compacted_bytes_saved: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Container, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from lifeboatcache_core.abc import (
@@ -128,6 +128,14 @@ class Tier:
         #: store reserves before it encodes (``_expected_payload``)
         self._encoded: dict[str, tuple[int, int]] = {}
         self._identity = self.codec.identity
+        #: blocks held raw below ``codec_from_fill`` by a coding tier, oldest first: what compaction
+        #: re-encodes once the fill is reached (``_compact``)
+        self._raw: dict[BlockKey, None] = {}
+        self._compacting = False  # a compaction pass is queued or running (one at a time)
+        self._compaction: Future[None] | None = None  # the pass queued last
+        self._compact_key: BlockKey | None = None  # the block it is re-encoding now
+        self._compact_lost = False  # that block was forgotten (evicted, discarded) meanwhile
+        self._closing = False  # close() has begun: a compaction pass stops at its next block
         self.manifest: ManifestStore | None = None
         self.recovery = RecoveryProgress()
         self.signer: BlockSigner | None = cfg.integrity_signer()
@@ -411,6 +419,10 @@ class Tier:
         """
         size = self.index.pop(key, 0)
         self.used -= size
+        if self._raw:
+            self._raw.pop(key, None)
+        if key == self._compact_key:
+            self._compact_lost = True
         self._prefixes.forget(key)
         self.policy.remove(key)
         if self.manifest is not None and not row_gone:
@@ -503,7 +515,15 @@ class Tier:
             self.stats.raw_bytes_written += raw.nbytes
             payload, raw_total = self._encoded.get(codec.tag, (0, 0))
             self._encoded[codec.tag] = (payload + payload_len, raw_total + raw.nbytes)
+            if codec.identity and not self._identity and not self._shared_rows():  # raw below codec_from_fill
+                self._raw[key] = None
+                compact = False
+            else:  # encoded: the fill is reached, so blocks stored raw before are re-encoded now
+                compact = bool(self._raw) and not self._compacting
+                self._compacting = self._compacting or compact
         self._io_ok()
+        if compact:
+            self._start_compaction()
         return StoreOutcome.STORED
 
     def _expected_payload(self, tag: str, raw_len: int) -> int:
@@ -692,7 +712,7 @@ class Tier:
         if not wanted:
             return None
         try:
-            if self._identity:  # the payload is the raw bytes: read straight into dest
+            if self._identity or key in self._raw:  # the payload is the raw bytes: read straight into dest
                 meta, stored_len = self._raw_into(dest, *backend.read(key, dest))
             else:  # decoded from the backend's own buffer as it is read, nothing copied or allocated
                 meta, stored_len = backend.read_payload(key, _DecodeInto(dest, self._codec_for, self.signer), stored)
@@ -726,13 +746,25 @@ class Tier:
             return results
         wanted_keys = [keys[i] for i in wanted]
         wanted_dests = [dests[i] for i in wanted]
-        if self._identity:  # the payload is the raw bytes: read straight into dest
-            read = backend.read_many(wanted_keys, wanted_dests)
-            outcomes = [outcome if isinstance(outcome, Exception) else outcome_of(self._raw_into, dest, *outcome)
-                        for outcome, dest in zip(read, wanted_dests, strict=True)]
-        else:  # decoded from the backend's own buffer as it is read, nothing copied or allocated
-            sinks = [_DecodeInto(dest, self._codec_for, self.signer) for dest in wanted_dests]
-            outcomes = backend.read_payload_many(wanted_keys, sinks, sizes)
+        # a raw payload (an identity tier's, or a block stored below codec_from_fill) is read straight
+        # into dest; a coded one is decoded from the backend's own buffer as it is read
+        if self._identity:
+            direct, coded = range(len(wanted)), []
+        else:
+            raw = self._raw
+            direct = [n for n, key in enumerate(wanted_keys) if key in raw] if raw else []
+            coded = [n for n, key in enumerate(wanted_keys) if key not in raw] if direct else range(len(wanted))
+        outcomes: list[Any] = [None] * len(wanted)
+        if direct:
+            read = backend.read_many([wanted_keys[n] for n in direct], [wanted_dests[n] for n in direct])
+            for n, outcome in zip(direct, read, strict=True):
+                outcomes[n] = (outcome if isinstance(outcome, Exception)
+                               else outcome_of(self._raw_into, wanted_dests[n], *outcome))
+        if coded:
+            sinks = [_DecodeInto(wanted_dests[n], self._codec_for, self.signer) for n in coded]
+            read = backend.read_payload_many([wanted_keys[n] for n in coded], sinks, [sizes[n] for n in coded])
+            for n, outcome in zip(coded, read, strict=True):
+                outcomes[n] = outcome
         found: list[tuple[BlockKey, int | None, int]] = []
         for i, key, stored, outcome in zip(wanted, wanted_keys, sizes, outcomes, strict=True):
             if isinstance(outcome, Exception):
@@ -865,16 +897,113 @@ class Tier:
 
         Compression costs the engine's cores time on every store and load; it pays only once
         capacity binds (more sessions fit). Below the threshold blocks are stored raw, above it
-        encoded; every block names its codec, so a tier holds both and reads either.
+        encoded, and the blocks stored raw before are re-encoded in place (``_compact``): a tier
+        that never fills never codes, one that fills ends up holding as much as one that always
+        coded. Every block names its codec, so a tier holds both and reads either.
         """
-        threshold = self.cfg.codec_from_fill
-        if threshold <= 0 or self._identity:
+        if self.cfg.codec_from_fill <= 0 or self._identity or self._filled(backend):
             return self.codec
+        return self._codec_for(RAW_CODEC)
+
+    def _filled(self, backend: Backend) -> bool:
+        """Whether the tier is filled to ``codec_from_fill`` of its room (capacity, or what the filesystem has)."""
         held = self.used + self.reserved
         room = held + self._free(backend)
-        if room > 0 and held < threshold * room:
-            return self._codec_for(RAW_CODEC)
-        return self.codec
+        return room <= 0 or held >= self.cfg.codec_from_fill * room
+
+    def _start_compaction(self) -> None:
+        """Queue a compaction pass on the write pool (niced: it runs in the time the engine leaves)."""
+        try:
+            self._compaction = self.write_pool.submit(self._compact)
+        except RuntimeError:  # pool shut down (closing)
+            with self.lock:
+                self._compacting = False
+
+    def wait_compaction(self, timeout: float | None = None) -> None:
+        """Wait for the compaction pass queued last to stop (tests, ``TieredCache.drain``)."""
+        pass_ = self._compaction
+        if pass_ is not None:
+            pass_.result(timeout)
+
+    def _compact(self) -> None:
+        """Re-encode the blocks stored raw, oldest first, while the tier stays filled to ``codec_from_fill``.
+
+        Compaction instead of eviction: a block re-encoded in place frees about a third of its
+        bytes (lossless, bf16) and stays a hit, where eviction would free all of them and lose it.
+        One block at a time, so a pass never holds more than one write thread; a store that
+        finds the fill reached queues the next pass once this one has stopped.
+        """
+        try:
+            while True:
+                backend = self.backend
+                filled = backend is not None and self._filled(backend)  # a statfs: outside the lock
+                with self.lock:
+                    key = next(iter(self._raw), None) if filled and self.up and not self._closing else None
+                    if key is None or backend is None:
+                        self._compacting = False
+                        return
+                    del self._raw[key]
+                    self._compact_key, self._compact_lost = key, False
+                try:
+                    self._compact_one(backend, key)
+                finally:
+                    with self.lock:
+                        self._compact_key = None
+        except Exception:  # a bug must not stop compaction for good: the next encoded store restarts it
+            log.exception("tier %s: compaction failed", self.name)
+            with self.lock:
+                self._compacting = False
+
+    def _compact_one(self, backend: Backend, key: BlockKey) -> None:
+        """Re-encode one raw block under its key (the file is replaced atomically; a reader meanwhile
+        gets either copy, each self-describing) and account its new size."""
+        try:
+            meta, payload = backend.read(key)
+            if not self._codec_for(meta.codec).identity:
+                return  # re-stored encoded meanwhile
+            if self.signer is not None:
+                self.signer.verify(meta, (payload,))
+        except BLOCK_ERRORS as exc:
+            self._read_failed(key, exc)
+            return
+        layout = layout_from_meta(meta)
+        codec = self.codec
+        try:
+            pieces, params = codec.encode(payload, layout)
+        except Exception as exc:
+            log.warning("tier %s: codec %s failed to encode: %s", self.name, codec.tag, exc)
+            return
+        payload_len = sum(memoryview(p).nbytes for p in pieces)
+        if payload_len >= meta.raw_len:  # nothing to gain: it stays raw
+            return
+        coded = BlockMeta.new(key, meta.raw_len, codec=codec.tag, codec_params=params, tag=meta.tag)
+        coded.dtype, coded.shape, coded.axes = meta.dtype, meta.shape, meta.axes
+        if self.signer is not None:
+            coded.mac = self.signer.sign(coded, pieces)
+        try:
+            stored = backend.put(key, pieces, coded)
+        except Exception as exc:
+            self._io_error(exc)
+            return
+        with self.lock:
+            gone = key not in self.index
+            if not (gone or self._compact_lost):
+                old = self.index[key]
+                self.index[key] = stored
+                self.used += stored - old
+                self.stats.compacted += 1
+                self.stats.compacted_bytes_saved += old - stored
+                payload_total, raw_total = self._encoded.get(codec.tag, (0, 0))
+                self._encoded[codec.tag] = (payload_total + payload_len, raw_total + meta.raw_len)
+                if self.manifest is not None:  # a local store's row (a dict update): shared ones never compact
+                    self.manifest.commit_put(key, meta.raw_len, stored, codec.tag, meta.tag)
+                self._space.notify_all()
+        if gone:  # evicted or discarded while re-encoded: the copy just written must go too
+            try:
+                backend.delete(key)
+            except (KeyError, OSError):
+                pass
+        self._io_ok()
 
     def _free(self, backend: Backend) -> int:
         """Bytes this tier can still take without evicting: capacity left, bounded by the filesystem's."""
@@ -972,6 +1101,7 @@ class Tier:
         return self.sample().health()
 
     def close(self) -> None:
+        self._closing = True
         self.read_pool.shutdown(wait=True)
         self.write_pool.shutdown(wait=True)
         if self.manifest is not None:
