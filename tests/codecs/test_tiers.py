@@ -185,6 +185,25 @@ def test_raw_blocks_of_a_coding_tier_are_read_straight_into_the_callers_buffer(t
         assert all(np.array_equal(block, back) for block, back in zip(data, out, strict=True))
 
 
+def test_raw_blocks_a_restart_finds_are_learnt_on_their_first_load_and_compacted(tmp_path: Path) -> None:
+    """A restarted tier's index holds sizes, not codecs: the raw blocks an earlier process stored
+    become known as raw when first loaded, and are compacted once the tier fills like its own."""
+    data, ks = blocks(5), keys(5)
+    with TieredCache(load_config_dict(fill_config(tmp_path, 6.5)), background_index=False) as cache:
+        assert cache.put(ks[:3], data[:3], layout=LAYOUT) == [True] * 3
+    with TieredCache(load_config_dict(fill_config(tmp_path, 6.5)), background_index=False) as cache:
+        out = [np.empty_like(b) for b in data]
+        assert cache.get(ks[:2], out[:2]) == [True] * 2  # the third is never loaded again: cold
+        for key, block in zip(ks[3:], data[3:], strict=True):
+            assert cache.put([key], [block], layout=LAYOUT) == [True]
+        cache.drain()
+        # the two loaded and the one stored raw here are compacted; the cold one stays raw until evicted
+        assert stored_codecs(cache, ks) == ["lossless@1", "lossless@1", "none@1", "lossless@1", "lossless@1"]
+        assert cache.tiers[0].stats.compacted == 3
+        assert cache.get(ks, out) == [True] * 5
+        assert all(np.array_equal(block, back) for block, back in zip(data, out, strict=True))
+
+
 def test_a_block_evicted_while_compacted_leaves_no_file(tmp_path: Path) -> None:
     """Compaction writes outside the tier lock: a block discarded meanwhile must not come back as
     a file the index does not hold (space the tier would never account or free)."""

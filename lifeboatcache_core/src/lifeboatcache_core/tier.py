@@ -719,7 +719,7 @@ class Tier:
         except BLOCK_ERRORS as exc:
             self._read_failed(key, exc)
             return None
-        self._count_reads([(key, stored, stored_len)])
+        self._count_reads([(key, stored, stored_len)], [key] if self._learns_raw(meta) else ())
         return meta
 
     def fetch_many(self, keys: Sequence[BlockKey], dests: Sequence[memoryview]) -> list[BlockMeta | None]:
@@ -766,15 +766,25 @@ class Tier:
             for n, outcome in zip(coded, read, strict=True):
                 outcomes[n] = outcome
         found: list[tuple[BlockKey, int | None, int]] = []
+        raw_found: list[BlockKey] = []
         for i, key, stored, outcome in zip(wanted, wanted_keys, sizes, outcomes, strict=True):
             if isinstance(outcome, Exception):
                 self._read_failed(key, outcome)
             else:
                 results[i] = outcome[0]
                 found.append((key, stored, outcome[1]))
+                if self._learns_raw(outcome[0]):
+                    raw_found.append(key)
         if found:
-            self._count_reads(found)
+            self._count_reads(found, raw_found)
         return results
+
+    def _learns_raw(self, meta: BlockMeta) -> bool:
+        """Whether a block just read is a raw one of a coding tier, which it may not know as raw:
+        stored below ``codec_from_fill`` by an earlier process (its index holds sizes, not codecs). Learnt on
+        its first load, it is read straight into the caller's buffer and compacted from then on;
+        one never loaded again is cold, and leaves by eviction."""
+        return meta.codec == RAW_CODEC and not self._identity and self.cfg.codec_from_fill > 0
 
     def count(self, *, misses: int = 0, promotions: int = 0) -> None:
         """Count gets this tier could not serve and blocks promoted into it (the cache's jobs decide
@@ -841,11 +851,16 @@ class Tier:
         else:
             raise exc
 
-    def _count_reads(self, found: list[tuple[BlockKey, int | None, int]]) -> None:
-        """Account blocks read (key, size the index had, stored size read), under one hold of the lock."""
+    def _count_reads(self, found: list[tuple[BlockKey, int | None, int]], raw: Sequence[BlockKey] = ()) -> None:
+        """Account blocks read (key, size the index had, stored size read), under one hold of the lock;
+        ``raw``: those of them now known to be stored raw (``_learns_raw``)."""
         held: list[BlockKey] = []
         with self.lock:
             now = time.monotonic()
+            if raw and not self._shared_rows():
+                for key in raw:
+                    if key in self.index and key != self._compact_key:
+                        self._raw[key] = None
             for key, stored, stored_len in found:
                 if stored is None and key not in self.index:  # found while the index was still loading
                     self.index[key] = stored_len
