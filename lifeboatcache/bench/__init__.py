@@ -30,3 +30,20 @@ def emit_json(result: dict[str, Any], out: Path | None, as_json: bool) -> None:
         out.write_text(text + "\n")
     if as_json:
         typer.echo(text)
+
+
+def parse_codec_setting(text: str) -> tuple[str, float]:
+    """``CODEC`` or ``CODEC@FILL``: a tier's ``codec`` and ``codec_from_fill`` (0: every block coded),
+    the one syntax of the benches' codec options (``lossless@0.8`` is what ``LIFEBOAT_CACHE=1`` uses)."""
+    codec, at, fill = text.strip().partition("@")
+    if not codec:
+        raise typer.BadParameter(f"codec setting {text!r}: CODEC or CODEC@FILL")
+    if not at:
+        return codec, 0.0
+    try:
+        value = float(fill)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise typer.BadParameter(f"codec setting {text!r}: FILL (codec_from_fill) must be a number in (0, 1]")
+    return codec, value

@@ -45,7 +45,7 @@ from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.config import load_config_dict
 from lifeboatcache_core.keys import BlockKey
 
-from lifeboatcache.bench import emit_json
+from lifeboatcache.bench import emit_json, parse_codec_setting
 from lifeboatcache.bench.soak import DEFAULT_TRACES, Workload, block_keys, working_set_blocks
 from lifeboatcache.traces import BLOCK_TOKENS, CONVERSATION_SHIFT, load_traces
 
@@ -66,16 +66,8 @@ class Setting:
 
     @classmethod
     def parse(cls, text: str) -> Setting:
-        codec, _, fill = text.strip().partition("@")
-        if not codec:
-            raise typer.BadParameter(f"setting {text!r}: CODEC or CODEC@FILL")
-        try:
-            value = float(fill) if fill else 0.0
-        except ValueError as exc:
-            raise typer.BadParameter(f"setting {text!r}: FILL must be a number in (0, 1]") from exc
-        if fill and not 0.0 < value <= 1.0:
-            raise typer.BadParameter(f"setting {text!r}: FILL must be in (0, 1]")
-        return cls(text.strip(), codec, value)
+        codec, fill = parse_codec_setting(text)
+        return cls(text.strip(), codec, fill)
 
 
 @dataclass

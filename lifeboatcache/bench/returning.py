@@ -34,7 +34,7 @@ from typing import Any
 
 import typer
 
-from lifeboatcache.bench import emit_json
+from lifeboatcache.bench import emit_json, parse_codec_setting
 
 RESULT_PREFIX = "LIFEBOAT-RESULT "
 CHUNK_TOKENS = 256
@@ -72,7 +72,8 @@ def stored_ratio(counters: dict[str, dict[str, float]]) -> float | None:
 
 def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None,
                   io_threads: int = 8, codec: str = "none") -> dict[str, Any]:
-    """Run the five measurements with our file tier's ``codec``; return the JSON-ready result."""
+    """Run the five measurements with our file tier's ``codec`` (``CODEC`` or ``CODEC@FILL``); return the
+    JSON-ready result."""
     from lifeboatcache.models import smollm2_hf_dir
 
     work = Path(workdir or tempfile.mkdtemp(prefix="lifeboat-bench-returning-"))
@@ -85,8 +86,10 @@ def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None
     base = {"model": model, "dtype": "bfloat16", "max_model_len": tokens + 64, "block_size": 128,
             "kv_cache_bytes": 2 * 1024**3, "cpu_gb": 1.0}
     tier_dir = work / "lifeboat-tier"
+    codec_name, codec_from_fill = parse_codec_setting(codec)
     lifeboat = {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 20, "path": str(tier_dir),
-                           "io_threads": io_threads, "codec": codec}], "engine": {"native_cpu_gb": 1.0}}
+                           "io_threads": io_threads, "codec": codec_name, "codec_from_fill": codec_from_fill}],
+                "engine": {"native_cpu_gb": 1.0}}
 
     def one(prompt: list[int], reset: bool = False) -> dict[str, Any]:
         return {"prompts": [prompt], "max_tokens": 1, "reset": reset}
@@ -158,8 +161,9 @@ def register(app: typer.Typer) -> None:
         tokens: int = typer.Option(7430, help="Prompt tokens of the returning session (29 full 256-token chunks)."),
         reps: int = typer.Option(3, min=1, help="Repetitions (fresh prompt each); figures are medians."),
         io_threads: int = typer.Option(8, min=1, help="I/O threads of lifeboatcache's file tier."),
-        codec: str = typer.Option("none", help="Codec of lifeboatcache's file tier (none, lossless, fp8, lbq4, ...; "
-                                              "the default of LIFEBOAT_CACHE=1 is lossless)."),
+        codec: str = typer.Option("none", help="Codec of lifeboatcache's file tier (none, lossless, fp8, lbq4, ...), "
+                                              "or CODEC@FILL: raw until the tier is FILL full (codec_from_fill; "
+                                              "the default of LIFEBOAT_CACHE=1 is lossless@0.8)."),
         workdir: Path | None = typer.Option(None, help="Keep tiers and engine logs here (default: a temp dir)."),
         out: Path | None = typer.Option(None, help="Also write the JSON result to this file."),
         stack: Path | None = typer.Option(
