@@ -129,10 +129,10 @@ def as_config(config: str | GridConfig) -> GridConfig:
 
 def _default_stack(capacity_gb: float) -> dict[str, Any]:
     """The ``lifeboatcache`` column: what ``LIFEBOAT_CACHE=1`` gives a user, one file tier with its codec."""
-    from lifeboatcache_vllm.settings import DEFAULT_TIER_CODEC
+    from lifeboatcache_vllm.settings import default_tier_codec
 
     return {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": capacity_gb, "path": "lifeboat",
-                       "codec": DEFAULT_TIER_CODEC}]}
+                       **default_tier_codec()}]}
 
 
 def _inside(tier_dir: Path, path: str, where: str) -> str:

@@ -53,23 +53,29 @@ def enabled_by_env() -> bool:
 
 #: the codec of the default file tier: exact KV in fewer bytes. Below vLLM's CPU tier a disk
 #: that fills decides how much of a session comes back, and the lossless codec makes the same
-#: disk hold 1.47x as much bf16 KV (1.28x for dtypes it sees as bytes) for about 1.5 % of two
-#: cores' time (encode 0.7 GB/s, decode 1.8 GB/s per core, GIL released in zstd and numpy).
+#: disk hold 1.47x as much bf16 KV (1.28x for dtypes it sees as bytes).
 DEFAULT_TIER_CODEC = "lossless"
-#: It encodes every block (``codec_from_fill`` left at 0). Measured (bench/results,
-#: grid-2026-12-01-r2): from half full (0.5) the raw blocks stored first are the sessions' heads,
-#: which keep_prefixes then protects, so the disk never fills with compressed blocks and the
-#: bounded-disk gain is lost (78.0 % vs 80.2 % from cache); always on costs 3 % TTFT (median) on
-#: a disk that never fills.
+#: ... once the disk is 80 % full (``codec_from_fill``): below that blocks are stored raw and
+#: load as fast as without a codec, from there they are coded and the raw ones re-encoded in
+#: place, so a disk that fills holds what an always-coding tier holds. Coding every block cost
+#: a returning 7.4k-token session 36-44 % of its TTFT on a 2-core box where the disk never
+#: filled (bench/results, returning-codecs-2026-12-04); from half full without compaction the
+#: raw session heads stayed for good (78.0 vs 80.2 % from cache, grid-2026-12-01-r2).
+DEFAULT_CODEC_FROM_FILL = 0.8
+
+
+def default_tier_codec() -> dict[str, Any]:
+    """The codec keys of the default file tier (``TierConfig`` fields), for every place that builds one."""
+    return {"codec": DEFAULT_TIER_CODEC, "codec_from_fill": DEFAULT_CODEC_FROM_FILL}
 
 
 def default_vllm_config() -> LifeboatConfig:
-    """No config given: one file tier under the user cache dir, with the lossless codec.
+    """No config given: one file tier under the user cache dir, lossless once it is 80 % full.
 
     vLLM's own CPU tier already is the DRAM tier, so the core's default DRAM tier is left out.
     """
     tier = TierConfig(name="nvme", backend="file", capacity_gb=50, path=str(default_cache_dir() / "vllm"),
-                      codec=DEFAULT_TIER_CODEC)
+                      **default_tier_codec())
     return LifeboatConfig(tiers=[tier])
 
 
