@@ -192,8 +192,12 @@ def test_raw_blocks_a_restart_finds_are_learnt_on_their_first_load_and_compacted
     with TieredCache(load_config_dict(fill_config(tmp_path, 6.5)), background_index=False) as cache:
         assert cache.put(ks[:3], data[:3], layout=LAYOUT) == [True] * 3
     with TieredCache(load_config_dict(fill_config(tmp_path, 6.5)), background_index=False) as cache:
+        backend = cache.tiers[0].backend
+        backend.read_payload = backend.read_payload_many = None  # type: ignore[method-assign,assignment]
         out = [np.empty_like(b) for b in data]
+        # stored larger than the buffer: raw, read straight into it (no decoding sink) from the first load
         assert cache.get(ks[:2], out[:2]) == [True] * 2  # the third is never loaded again: cold
+        del backend.read_payload, backend.read_payload_many
         for key, block in zip(ks[3:], data[3:], strict=True):
             assert cache.put([key], [block], layout=LAYOUT) == [True]
         cache.drain()

@@ -712,7 +712,7 @@ class Tier:
         if not wanted:
             return None
         try:
-            if self._identity or key in self._raw:  # the payload is the raw bytes: read straight into dest
+            if self._identity or _stored_raw(stored, dest):  # the payload is the raw bytes: read straight into dest
                 meta, stored_len = self._raw_into(dest, *backend.read(key, dest))
             else:  # decoded from the backend's own buffer as it is read, nothing copied or allocated
                 meta, stored_len = backend.read_payload(key, _DecodeInto(dest, self._codec_for, self.signer), stored)
@@ -751,9 +751,9 @@ class Tier:
         if self._identity:
             direct, coded = range(len(wanted)), []
         else:
-            raw = self._raw
-            direct = [n for n, key in enumerate(wanted_keys) if key in raw] if raw else []
-            coded = [n for n, key in enumerate(wanted_keys) if key not in raw] if direct else range(len(wanted))
+            direct = [n for n, dest in enumerate(wanted_dests) if _stored_raw(sizes[n], dest)]
+            coded = [n for n, dest in enumerate(wanted_dests) if not _stored_raw(sizes[n], dest)] \
+                if direct else range(len(wanted))
         outcomes: list[Any] = [None] * len(wanted)
         if direct:
             read = backend.read_many([wanted_keys[n] for n in direct], [wanted_dests[n] for n in direct])
@@ -1184,6 +1184,15 @@ class _DecodeInto:
             raise
         except Exception as exc:
             raise CorruptBlockError(f"codec {self._meta.codec} rejected the payload: {exc}") from exc
+
+
+def _stored_raw(stored: int | None, dest: memoryview) -> bool:
+    """Whether a block of a coding tier is stored uncoded, from the size its index holds: a coded
+    payload is smaller than the raw bytes by more than a block's header and trailer, so a stored
+    block larger than the caller's buffer holds them raw (stored below ``codec_from_fill``, also
+    by an earlier process). Read straight into the buffer, it loads as without a codec; a block
+    this misjudges is still decoded right (``Tier._raw_into``), only with a copy."""
+    return stored is not None and stored > dest.nbytes
 
 
 def _reason(exc: BaseException) -> str:
