@@ -231,7 +231,7 @@ def register(app: typer.Typer) -> None:
                                      help="Comma-separated CODEC or CODEC@FILL (codec_from_fill) settings."),
         traces: Path = typer.Option(DEFAULT_TRACES, "--traces", help="kv-cache-tester trace directory."),
         limit: int | None = typer.Option(None, "--limit", help="Use only the first N trace files."),
-        requests: int = typer.Option(1500, "--requests", help="Requests replayed per cell (each setting all)."),
+        requests: int = typer.Option(800, "--requests", help="Requests replayed per cell (each setting all)."),
         concurrency: int = typer.Option(16, "--concurrency", help="Conversations live at once."),
         capacity_fraction: float = typer.Option(0.05, "--capacity-fraction",
                                                 help="The filling cell's tier: this share of the working set."),
