@@ -719,7 +719,8 @@ class Tier:
         except BLOCK_ERRORS as exc:
             self._read_failed(key, exc)
             return None
-        self._count_reads([(key, stored, stored_len)], [key] if self._learns_raw(meta) else ())
+        self._count_reads([(key, stored, stored_len)],
+                          [key] if meta.codec == RAW_CODEC and self._learns_raw() else ())
         return meta
 
     def fetch_many(self, keys: Sequence[BlockKey], dests: Sequence[memoryview]) -> list[BlockMeta | None]:
@@ -748,12 +749,12 @@ class Tier:
         wanted_dests = [dests[i] for i in wanted]
         # a raw payload (an identity tier's, or a block stored below codec_from_fill) is read straight
         # into dest; a coded one is decoded from the backend's own buffer as it is read
-        if self._identity:
-            direct, coded = range(len(wanted)), []
-        else:
-            direct = [n for n, dest in enumerate(wanted_dests) if _stored_raw(sizes[n], dest)]
-            coded = [n for n, dest in enumerate(wanted_dests) if not _stored_raw(sizes[n], dest)] \
-                if direct else range(len(wanted))
+        direct: Sequence[int] = range(len(wanted))
+        coded: Sequence[int] = ()
+        if not self._identity:
+            direct, coded = [], []
+            for n, dest in enumerate(wanted_dests):  # _stored_raw, inline: one comparison per block
+                (direct if (sizes[n] or 0) > dest.nbytes else coded).append(n)
         outcomes: list[Any] = [None] * len(wanted)
         if direct:
             read = backend.read_many([wanted_keys[n] for n in direct], [wanted_dests[n] for n in direct])
@@ -767,24 +768,25 @@ class Tier:
                 outcomes[n] = outcome
         found: list[tuple[BlockKey, int | None, int]] = []
         raw_found: list[BlockKey] = []
+        learns = self._learns_raw()
         for i, key, stored, outcome in zip(wanted, wanted_keys, sizes, outcomes, strict=True):
             if isinstance(outcome, Exception):
                 self._read_failed(key, outcome)
             else:
                 results[i] = outcome[0]
                 found.append((key, stored, outcome[1]))
-                if self._learns_raw(outcome[0]):
+                if learns and outcome[0].codec == RAW_CODEC:
                     raw_found.append(key)
         if found:
             self._count_reads(found, raw_found)
         return results
 
-    def _learns_raw(self, meta: BlockMeta) -> bool:
-        """Whether a block just read is a raw one of a coding tier, which it may not know as raw:
-        stored below ``codec_from_fill`` by an earlier process (its index holds sizes, not codecs). Learnt on
-        its first load, it is read straight into the caller's buffer and compacted from then on;
+    def _learns_raw(self) -> bool:
+        """Whether the raw blocks this tier loads join ``_raw``: a coding tier with ``codec_from_fill``
+        may hold raw blocks it does not know as raw, stored by an earlier process (its index holds
+        sizes, not codecs). Learnt on its first load, such a block is compacted once the tier fills;
         one never loaded again is cold, and leaves by eviction."""
-        return meta.codec == RAW_CODEC and not self._identity and self.cfg.codec_from_fill > 0
+        return not self._identity and self.cfg.codec_from_fill > 0
 
     def count(self, *, misses: int = 0, promotions: int = 0) -> None:
         """Count gets this tier could not serve and blocks promoted into it (the cache's jobs decide
