@@ -171,15 +171,15 @@ def test_a_get_reads_each_slice_of_a_tier_in_one_bulk_call(tmp_path: Path, monke
         tier = cache.all_tiers[0]
         backend = tier.backend
         assert backend is not None
-        bulk = "read_many" if codec == "none" else "read_payload_many"
+        # a coding tier reads a block stored at more bytes than the buffer (random bytes do not
+        # shrink: lossless keeps them as they are) like an identity tier: read_many, not the sink
         calls: list[int] = []
-        real = getattr(backend, bulk)
+        for bulk in ("read_many", "read_payload_many"):
+            def counted(ks: Sequence[BlockKey], *args: Any, real: Any = getattr(backend, bulk)) -> list[Any]:
+                calls.append(len(ks))
+                return real(ks, *args)
 
-        def counted(ks: Sequence[BlockKey], *args: Any) -> list[Any]:
-            calls.append(len(ks))
-            return real(ks, *args)
-
-        monkeypatch.setattr(backend, bulk, counted)
+            monkeypatch.setattr(backend, bulk, counted)
         bufs = [bytearray(20_000) for _ in ks]
         assert cache.get(ks, bufs) == [True] * 10
         assert [bytes(b) for b in bufs] == data
