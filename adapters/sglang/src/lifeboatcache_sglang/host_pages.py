@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 
-def _view(ptr: int, size: int) -> memoryview:
+def view_of(ptr: int, size: int) -> memoryview:
+    """The ``size`` bytes of host memory at address ``ptr``, as a writable byte view (no copy)."""
     return memoryview((ctypes.c_ubyte * size).from_address(ptr)).cast("B")
 
 
@@ -57,7 +58,7 @@ class PageBuffers:
         self.pages = list(pages)
         self.staging: np.ndarray | None = None
         if regions.contiguous:
-            self.buffers: list[memoryview] = [_view(regions.ptrs[p][0], regions.sizes[0]) for p in self.pages]
+            self.buffers: list[memoryview] = [view_of(regions.ptrs[p][0], regions.sizes[0]) for p in self.pages]
         else:
             self.staging = np.empty((len(self.pages), regions.page_bytes), dtype=np.uint8)
             self.buffers = [memoryview(row) for row in self.staging]

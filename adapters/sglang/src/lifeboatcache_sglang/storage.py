@@ -44,7 +44,7 @@ from sglang.srt.mem_cache.hicache_storage import (
 )
 
 from lifeboatcache_sglang import hit_policy
-from lifeboatcache_sglang.host_pages import PageBuffers, PageRegions
+from lifeboatcache_sglang.host_pages import PageBuffers, PageRegions, view_of
 from lifeboatcache_sglang.namespace import namespace_for, page_digest, pool_digest, sidecar_pool_tag
 from lifeboatcache_sglang.settings import SGLangStorageSettings, load_lifeboat_config, on_error_of
 
@@ -55,6 +55,11 @@ _TEXTS = EngineTexts(
            "Fix the configuration, or set engine.on_error = 'serve' to serve without the cache",
     serve="lifeboatcache: SGLang storage backend disabled, serving uncached (engine.on_error = 'serve'): %s",
 )
+
+
+def _is_address(location: Any) -> bool:
+    """Whether a ``target_location`` is a memory address (Mooncake's form) rather than a tensor."""
+    return isinstance(location, int) and not isinstance(location, bool)
 
 
 def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
@@ -400,7 +405,15 @@ class LifeboatHiCacheStorage(HiCacheStorage):
 
     # ------------------------------------------------------------------ generic path (tensors)
 
-    def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> torch.Tensor | None:
+    def get(self, key: str, target_location: Any = None,
+            target_sizes: Any = None) -> torch.Tensor | bool | None:
+        """Read one page into a flat page tensor (returned; None on a miss), or into the memory at
+        address ``target_location`` of ``target_sizes`` bytes (Mooncake's zero-copy form, which
+        SGLang's own storage tests use): then True when it arrived whole."""
+        if _is_address(target_location):
+            ok = self.cache is not None and self.cache.get(self._keys([key]),
+                                                           [view_of(target_location, int(target_sizes))])[0]
+            return bool(ok)
         return self.batch_get([key], [target_location])[0]
 
     def batch_get(self, keys: list[str], target_locations: Any = None,
@@ -415,12 +428,22 @@ class LifeboatHiCacheStorage(HiCacheStorage):
         return [t if ok else None for t, ok in zip(targets, results, strict=True)]
 
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
+        """Store one page: a flat page tensor, or the memory at address ``target_location`` of
+        ``target_sizes`` bytes (Mooncake's zero-copy form)."""
+        if value is None and _is_address(target_location):
+            return self._store([key], lambda i: view_of(target_location, int(target_sizes)))
         return self.batch_set([key], [value])
 
     def batch_set(self, keys: list[str], values: Any = None, target_locations: Any = None,
                   target_sizes: Any = None) -> bool:
         """Store flat page tensors; True only when every page is stored."""
-        if self.cache is None or not keys or values is None:
+        if values is None or any(v is None for v in values):
+            return False
+        return self._store(keys, lambda i: _tensor_bytes(values[i].contiguous()))
+
+    def _store(self, keys: list[str], page: Callable[[int], memoryview]) -> bool:
+        """Store the pages not stored yet (``page(i)``: key ``i``'s bytes); True when all are stored."""
+        if self.cache is None or not keys:
             return False
         start = time.perf_counter()
         block_keys = self._keys(keys)
@@ -428,8 +451,7 @@ class LifeboatHiCacheStorage(HiCacheStorage):
         todo = [i for i, p in enumerate(present) if not p]
         results = list(present)
         if todo:
-            tensors = [values[i].contiguous() for i in todo]
-            stored = self.cache.put([block_keys[i] for i in todo], [_tensor_bytes(t) for t in tensors])
+            stored = self.cache.put([block_keys[i] for i in todo], [page(i) for i in todo])
             for i, ok in zip(todo, stored, strict=True):
                 results[i] = ok
         self._count_write(results, len(todo), start)

@@ -123,6 +123,25 @@ def test_generic_path_through_the_controller(config_file: Path, make_storage_con
     assert backend.get(page_hashes(1, "absent")[0], pool.get_dummy_flat_data_page()) is None
 
 
+def test_single_pages_at_memory_addresses(config_file: Path, make_storage_config: Any, make_host_pool: Any,
+                                         backends: list[Any]) -> None:
+    """``set``/``get`` also take a page as an address and a size (Mooncake's zero-copy form, used by
+    the storage tests SGLang ships: tools/upstream_suites/run_sglang_storage_tests.py); ``get``
+    then answers whether it arrived. A ``set`` given no bytes at all stores nothing, and says so."""
+    backend = create(make_storage_config(dynamic_extra_config(lifeboat_config=str(config_file))),
+                     make_host_pool("page_first"))
+    backends.append(backend)
+    src, dst = torch.arange(256, dtype=torch.float32), torch.zeros(256, dtype=torch.float32)
+    key, absent = page_hashes(2, "address")
+    assert backend.set(key, target_location=src.data_ptr(), target_sizes=src.nbytes) is True
+    assert backend.exists(key)
+    assert backend.get(key, target_location=dst.data_ptr(), target_sizes=dst.nbytes) is True
+    assert torch.equal(src, dst)
+    assert backend.get(absent, target_location=dst.data_ptr(), target_sizes=dst.nbytes) is False
+    assert backend.set(absent) is False and not backend.exists(absent)
+    assert backend.batch_set([absent], [None]) is False
+
+
 def test_batch_exists_stops_at_the_first_missing_page(config_file: Path, make_storage_config: Any,
                                                       make_host_pool: Any, backends: list[Any]) -> None:
     pool = make_host_pool("page_first")
