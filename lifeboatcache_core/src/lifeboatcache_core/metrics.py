@@ -59,6 +59,7 @@ COUNTERS = {
     "bypassed": "New blocks not stored because the eviction policy's admit() refused them",
     "compacted": "Blocks stored raw below codec_from_fill and re-encoded in place once the tier filled",
     "compacted_bytes_saved": "Stored bytes freed by re-encoding raw blocks in place (compaction)",
+    "compacted_bytes_written": "Stored bytes compaction wrote (the re-encoded blocks; not in bytes_written)",
 }
 
 #: per-tier gauges: name -> help

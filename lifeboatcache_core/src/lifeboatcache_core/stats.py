@@ -73,6 +73,7 @@ class TierStats:
     bypassed: int = 0
     compacted: int = 0
     compacted_bytes_saved: int = 0
+    compacted_bytes_written: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1013,6 +1013,7 @@ class Tier:
                 self.used += stored - old
                 self.stats.compacted += 1
                 self.stats.compacted_bytes_saved += old - stored
+                self.stats.compacted_bytes_written += stored
                 payload_total, raw_total = self._encoded.get(codec.tag, (0, 0))
                 self._encoded[codec.tag] = (payload_total + payload_len, raw_total + meta.raw_len)
                 if self.manifest is not None:  # a local store's row (a dict update): shared ones never compact
