@@ -40,6 +40,20 @@ def selection_hook(not_applicable: frozenset[str] | set[str], known_gaps: Mappin
     return pytest_collection_modifyitems
 
 
+def replace_names(module: Any, replacements: Mapping[str, Any]) -> Iterator[None]:
+    """A ``ModulePatch``: the module's names in ``replacements`` (those it has) become ours until
+    the generator resumes, then the module's namespace is restored as it was."""
+    saved = dict(module.__dict__)
+    for name, value in replacements.items():
+        if name in saved:
+            setattr(module, name, value)
+    try:
+        yield
+    finally:
+        module.__dict__.clear()
+        module.__dict__.update(saved)
+
+
 def patch_hooks(patch_module: ModulePatch) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """``pytest_runtest_setup`` / ``pytest_runtest_teardown`` around ``patch_module`` (a generator
     that patches a test module, yields, restores): patched before the test's fixtures are built

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _plugin_support import patch_hooks, selection_hook
+from _plugin_support import patch_hooks, replace_names, selection_hook
 from lifeboatcache_lmcache.l2_adapter import LifeboatL2Adapter
 
 _NO_CAPACITY = ("usage_fraction of an adapter that declares a capacity (global eviction), which the test "
@@ -61,16 +61,7 @@ class LifeboatUnderTest(LifeboatL2Adapter):
 
 
 def _patch_module(module: Any) -> Iterator[None]:
-    saved = dict(module.__dict__)
-    if "MockL2Adapter" in saved:
-        module.MockL2Adapter = LifeboatUnderTest
-    if "MockL2AdapterConfig" in saved:
-        module.MockL2AdapterConfig = LifeboatMockConfig
-    try:
-        yield
-    finally:
-        module.__dict__.clear()
-        module.__dict__.update(saved)
+    return replace_names(module, {"MockL2Adapter": LifeboatUnderTest, "MockL2AdapterConfig": LifeboatMockConfig})
 
 
 

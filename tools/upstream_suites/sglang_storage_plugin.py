@@ -29,7 +29,7 @@ from tests.adapters.sglang.engine_checks import sglang_import_shim  # noqa: E402
 
 sglang_import_shim.install()  # before the first SGLang import (triton, torchvision stand-ins)
 
-from _plugin_support import patch_hooks, selection_hook  # noqa: E402
+from _plugin_support import patch_hooks, replace_names, selection_hook  # noqa: E402
 from lifeboatcache_sglang.settings import dynamic_extra_config  # noqa: E402
 from lifeboatcache_sglang.storage import LifeboatHiCacheStorage  # noqa: E402
 
@@ -71,14 +71,9 @@ def config(request: pytest.FixtureRequest) -> Any:
 
 
 def _patch_module(module: Any) -> Iterator[None]:
-    saved = dict(module.__dict__)
-    if "MooncakeStore" in saved:
-        module.MooncakeStore = LifeboatUnderTest
     try:
-        yield
+        yield from replace_names(module, {"MooncakeStore": LifeboatUnderTest})
     finally:
-        module.__dict__.clear()
-        module.__dict__.update(saved)
         while _opened:  # the tests never close their store
             _opened.pop().close()
 
