@@ -24,7 +24,7 @@ demo: setup
 	$(PY) -m lifeboatcache demo
 
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=20
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
