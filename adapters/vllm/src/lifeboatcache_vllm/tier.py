@@ -443,7 +443,9 @@ class LifeboatTier(SecondaryTierManager):
         return self._group_chunk_tokens.get(bytes(key)[-4:], self._chunk_tokens)
 
     def _answer(self, cache: TieredCache, key: OffloadKey, hit: bool) -> LookupResult:
-        """A final answer for one chunk, counted in the token hit-rate metrics."""
+        """A final answer for one chunk, counted in the token hit-rate metrics (every KV group's
+        chunks count, as in vLLM's own chunk_queries/chunk_hits: the groups' attention types are
+        not known here, see the README's hybrid section)."""
         tokens = self._tokens_of(key)
         cache.record_lookup(tokens, tokens if hit else 0)
         return LookupResult.HIT if hit else LookupResult.MISS
