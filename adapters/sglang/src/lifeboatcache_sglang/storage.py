@@ -411,9 +411,12 @@ class LifeboatHiCacheStorage(HiCacheStorage):
         address ``target_location`` of ``target_sizes`` bytes (Mooncake's zero-copy form, which
         SGLang's own storage tests use): then True when it arrived whole."""
         if _is_address(target_location):
-            ok = self.cache is not None and self.cache.get(self._keys([key]),
-                                                           [view_of(target_location, int(target_sizes))])[0]
-            return bool(ok)
+            if self.cache is None:
+                return False
+            start, size = time.perf_counter(), int(target_sizes)
+            results = self.cache.get(self._keys([key]), [view_of(target_location, size)])
+            self._count_read(results, start, size)
+            return bool(results[0])
         return self.batch_get([key], [target_location])[0]
 
     def batch_get(self, keys: list[str], target_locations: Any = None,

@@ -140,6 +140,8 @@ def test_single_pages_at_memory_addresses(config_file: Path, make_storage_config
     assert backend.get(absent, target_location=dst.data_ptr(), target_sizes=dst.nbytes) is False
     assert backend.set(absent) is False and not backend.exists(absent)
     assert backend.batch_set([absent], [None]) is False
+    counters = backend.stats()["sglang"]
+    assert counters["pages_written"] == 1 and counters["pages_read"] == 1 and counters["pages_read_missed"] == 1
 
 
 def test_batch_exists_stops_at_the_first_missing_page(config_file: Path, make_storage_config: Any,
