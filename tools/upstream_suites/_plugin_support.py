@@ -10,6 +10,7 @@ A plugin module binds the hooks to its own rules::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +39,15 @@ def selection_hook(not_applicable: frozenset[str] | set[str], known_gaps: Mappin
             items[:] = keep
 
     return pytest_collection_modifyitems
+
+
+def file_tier_config(root: Path) -> Path:
+    """``root/lifeboat.toml``: one file tier under ``root`` (reads hit disk) and no fallback, with
+    ``on_error = "fail"`` so a tier that cannot start fails the test instead of serving uncached."""
+    toml = root / "lifeboat.toml"
+    toml.write_text(f'[engine]\non_error = "fail"\n[[tiers]]\nname = "nvme"\nbackend = "file"\n'
+                    f'path = "{root / "tier"}"\ncapacity_gb = 1\n\n[fallback_local]\nenabled = false\n')
+    return toml
 
 
 def replace_names(module: Any, replacements: Mapping[str, Any]) -> Iterator[None]:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _plugin_support import patch_hooks, replace_names, selection_hook
+from _plugin_support import file_tier_config, patch_hooks, replace_names, selection_hook
 from lifeboatcache_lmcache.l2_adapter import LifeboatL2Adapter
 
 _NO_CAPACITY = ("usage_fraction of an adapter that declares a capacity (global eviction), which the test "
@@ -48,9 +48,7 @@ class LifeboatUnderTest(LifeboatL2Adapter):
 
     def __init__(self, config: Any = None, **_: Any) -> None:
         self._root = Path(tempfile.mkdtemp(prefix="lifeboat-l2-upstream-"))
-        toml = self._root / "lifeboat.toml"
-        toml.write_text(f'[engine]\non_error = "fail"\n[[tiers]]\nname = "nvme"\nbackend = "file"\n'
-                        f'path = "{self._root / "tier"}"\ncapacity_gb = 1\n\n[fallback_local]\nenabled = false\n')
+        toml = file_tier_config(self._root)
         super().__init__({"lifeboat_config": str(toml)})
 
     def close(self) -> None:

@@ -29,7 +29,7 @@ from tests.adapters.sglang.engine_checks import sglang_import_shim  # noqa: E402
 
 sglang_import_shim.install()  # before the first SGLang import (triton, torchvision stand-ins)
 
-from _plugin_support import patch_hooks, replace_names, selection_hook  # noqa: E402
+from _plugin_support import file_tier_config, patch_hooks, replace_names, selection_hook  # noqa: E402
 from lifeboatcache_sglang.settings import dynamic_extra_config  # noqa: E402
 from lifeboatcache_sglang.storage import LifeboatHiCacheStorage  # noqa: E402
 
@@ -46,9 +46,7 @@ class LifeboatUnderTest(LifeboatHiCacheStorage):
 
     def __init__(self, storage_config: Any, *_: Any, **__: Any) -> None:
         self._root = Path(tempfile.mkdtemp(prefix="lifeboat-sglang-upstream-"))
-        toml = self._root / "lifeboat.toml"
-        toml.write_text(f'[engine]\non_error = "fail"\n[[tiers]]\nname = "nvme"\nbackend = "file"\n'
-                        f'path = "{self._root / "tier"}"\ncapacity_gb = 1\n\n[fallback_local]\nenabled = false\n')
+        toml = file_tier_config(self._root)
         storage_config.extra_config = dynamic_extra_config(lifeboat_config=str(toml))
         super().__init__(storage_config)
         _opened.append(self)
