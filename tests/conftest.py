@@ -5,9 +5,13 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lifeboatcache_core.plugins import reset_registry
+
+from tests import scheduling
+from tests.summary import SUMMARY_PROPERTY
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 TRACES = SHARED / "traces" / "kv-cache-tester"
@@ -39,3 +43,37 @@ def _sigint_restored() -> Iterator[None]:
 def traces_dir() -> Path:
     assert TRACES.is_dir(), f"the real traces are expected at {TRACES} (CI has them)"
     return TRACES
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The engine end-to-end tests (``slow``) first; ``make test`` gives them one worker (``tests/scheduling.py``)."""
+    scheduling.engine_first(config, items)
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hooks: an engine venv without xdist loads this file too
+def pytest_configure_node(node: Any) -> None:
+    scheduling.configure_node(node)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    return scheduling.make_scheduler(config, log)
+
+
+_summary_lines: dict[str, list[str]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Gather the lines tests asked for (``tests/summary.py``), from this process or an xdist worker."""
+    if report.when == "call":
+        for name, value in report.user_properties:
+            if name == SUMMARY_PROPERTY:
+                section, line = value
+                _summary_lines.setdefault(str(section), []).append(str(line))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for section, lines in _summary_lines.items():
+        terminalreporter.write_sep("-", section)
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -204,6 +204,13 @@ class Ledger:
     def must_hold(self) -> set[tuple[int, int]]:
         return self.acked - self.deleted
 
+    def summary(self) -> str:
+        """One line for the terminal summary: where the power was cut and what that found."""
+        where = ", ".join(f"{op} {n}" for op, n in self.cut_at.most_common())
+        return (f"{self.rounds} cuts ({where}); {len(self.acked)} puts acknowledged, {len(self.deleted)} evicted, "
+                f"{self.served} blocks served and compared, {len(self.lost)} acknowledged blocks lost, "
+                f"{len(self.wrong)} wrong blocks served")
+
 
 class PowerCutRig:
     """Mounts, cuts and remounts the filesystem at ``root``; one instance per test."""

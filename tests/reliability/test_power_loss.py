@@ -14,7 +14,7 @@ workload; see ``powercut.py``.
 - negative controls: a file backend that skips the directory fsync after a block's rename,
   or the fsync of a new shard folder's parent, is caught losing acknowledged blocks.
 
-The crash points tried are reported at the end of the run (``conftest.py``).
+The crash points tried and what they found are printed at the end of the run (``tests/summary.py``).
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.powercut import Ledger, PowerCutRig
-
-#: the tests' own tally, printed by conftest's terminal summary
-CUTS: dict[str, Ledger] = {}
+from tests.summary import add_summary_line
 
 ROUNDS = {"fsync": 550, "none": 450}
 #: about the mutating operations of a round without a cut (grows when a round needs more)
@@ -52,6 +50,11 @@ def rig_factory(tmp_path: Path) -> Iterator[Callable[..., PowerCutRig]]:
         rig.close()
 
 
+def _report(request: pytest.FixtureRequest, name: str, ledger: Ledger) -> None:
+    """The tally at the end of the run (called before the asserts: a failing run is reported too)."""
+    add_summary_line(request, "power loss: crash points tried and what they found", f"{name}: {ledger.summary()}")
+
+
 def _run(rig: PowerCutRig, rounds: int, seed: int, *, stop_at_first_loss: bool = False) -> Ledger:
     rng = random.Random(seed)
     for r in range(rounds):
@@ -62,9 +65,10 @@ def _run(rig: PowerCutRig, rounds: int, seed: int, *, stop_at_first_loss: bool =
     return rig.ledger
 
 
-def test_fsync_keeps_every_acknowledged_block_across_power_cuts(rig_factory: Callable[..., PowerCutRig]) -> None:
+def test_fsync_keeps_every_acknowledged_block_across_power_cuts(rig_factory: Callable[..., PowerCutRig],
+                                                                request: pytest.FixtureRequest) -> None:
     ledger = _run(rig_factory("fsync"), ROUNDS["fsync"], seed=19, stop_at_first_loss=True)
-    CUTS["fsync"] = ledger
+    _report(request, "fsync", ledger)
     assert not ledger.lost, f"{len(ledger.lost)} acknowledged blocks lost, e.g. {sorted(ledger.lost)[:5]}"
     assert ledger.checked == ledger.rounds + 1, f"some restarts did not finish their check: {ledger.problems[:3]}"
     assert not ledger.wrong, ledger.wrong[:5]
@@ -73,9 +77,10 @@ def test_fsync_keeps_every_acknowledged_block_across_power_cuts(rig_factory: Cal
     assert len(ledger.acked) > ROUNDS["fsync"] and ledger.deleted and len(ledger.cut_at) >= 6
 
 
-def test_none_never_serves_a_torn_block_and_recovers(rig_factory: Callable[..., PowerCutRig]) -> None:
+def test_none_never_serves_a_torn_block_and_recovers(rig_factory: Callable[..., PowerCutRig],
+                                                      request: pytest.FixtureRequest) -> None:
     ledger = _run(rig_factory("none"), ROUNDS["none"], seed=20)
-    CUTS["none"] = ledger
+    _report(request, "none", ledger)
     assert ledger.checked == ledger.rounds + 1, f"some restarts did not finish their check: {ledger.problems[:3]}"
     assert not ledger.wrong, ledger.wrong[:5]
     assert not ledger.problems, ledger.problems[:5]
@@ -84,8 +89,8 @@ def test_none_never_serves_a_torn_block_and_recovers(rig_factory: Callable[..., 
 
 @pytest.mark.parametrize("variant", ["no-dir-fsync", "no-new-dir-fsync"])
 def test_negative_control_a_skipped_directory_fsync_is_caught(rig_factory: Callable[..., PowerCutRig],
-                                                              variant: str) -> None:
+                                                              variant: str, request: pytest.FixtureRequest) -> None:
     """The suite can fail: a backend that acknowledges before the names are durable loses blocks."""
     ledger = _run(rig_factory("fsync", torn=False, variant=variant), 100, seed=21, stop_at_first_loss=True)
-    CUTS[f"control {variant}"] = ledger
+    _report(request, f"control {variant}", ledger)
     assert ledger.lost, f"{ledger.rounds} power cuts did not catch a backend with {variant}"
