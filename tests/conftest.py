@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from lifeboatcache_core.plugins import reset_registry
 
-from tests import scheduling
-from tests.summary import SUMMARY_PROPERTY
+from tests import scheduling, summary
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 TRACES = SHARED / "traces" / "kv-cache-tester"
@@ -60,20 +59,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return scheduling.make_scheduler(config, log)
 
 
-_summary_lines: dict[str, list[str]] = {}
-
-
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Gather the lines tests asked for (``tests/summary.py``), from this process or an xdist worker."""
-    if report.when == "call":
-        for name, value in report.user_properties:
-            if name == SUMMARY_PROPERTY:
-                section, line = value
-                _summary_lines.setdefault(str(section), []).append(str(line))
+    summary.gather(report)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    for section, lines in _summary_lines.items():
-        terminalreporter.write_sep("-", section)
-        for line in lines:
-            terminalreporter.write_line(line)
+    summary.print_lines(terminalreporter)
