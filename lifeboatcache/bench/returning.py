@@ -13,7 +13,8 @@ same box, same model (SmolLM2-135M, bf16), same prompts, each figure the median 
 
 Ratios: ``speedup`` = a/c, ``speedup_after_restart`` = a/d, ``overhead_vs_engine_hit`` = c/b,
 ``vs_vllm_fs`` = e/c. Each engine is a fresh in-process vLLM (``lifeboatcache_vllm.offline``);
-both use vLLM's CPU tier on top and 256-token chunks, so the tiers are the only difference.
+both use vLLM's CPU tier on top and 256-token chunks, so the tiers are the only difference
+(:func:`engine_settings` pins our chunk: the vLLM tier's own default is one engine block).
 Before (b) and (c) the engine idles a second, so the previous prompt's stores (171 MB going
 down the cascade) are not timed as part of a hit or a load.
 """
@@ -70,6 +71,24 @@ def stored_ratio(counters: dict[str, dict[str, float]]) -> float | None:
     return written / raw if raw else None
 
 
+def engine_settings(model: str, tokens: int, work: Path, io_threads: int,
+                    codec: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The engine plan's settings every run shares, and our tier's config.
+
+    Both tiers offload ``CHUNK_TOKENS``-token chunks (8 engine blocks): vLLM's fs tier through
+    the plan's ``chunk_tokens``, ours through ``engine.native_block_tokens``, whose default
+    ("auto", one engine block per chunk) would give it twice the blocks of half the size and
+    make the chunk size, not the tier, the difference measured.
+    """
+    base = {"model": model, "dtype": "bfloat16", "max_model_len": tokens + 64, "block_size": 128,
+            "chunk_tokens": CHUNK_TOKENS, "kv_cache_bytes": 2 * 1024**3, "cpu_gb": 1.0}
+    codec_name, codec_from_fill = parse_codec_setting(codec)
+    lifeboat = {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 20, "path": str(work / "lifeboat-tier"),
+                           "io_threads": io_threads, "codec": codec_name, "codec_from_fill": codec_from_fill}],
+                "engine": {"native_cpu_gb": 1.0, "native_block_tokens": CHUNK_TOKENS}}
+    return base, lifeboat
+
+
 def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None,
                   io_threads: int = 8, codec: str = "none") -> dict[str, Any]:
     """Run the five measurements with our file tier's ``codec`` (``CODEC`` or ``CODEC@FILL``); return the
@@ -83,13 +102,7 @@ def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None
     prompts = [[rng.randrange(1000, 40000) for _ in range(tokens)] for _ in range(reps)]
     warm = {"prompts": [[rng.randrange(1000, 40000) for _ in range(300)]], "max_tokens": 1}
     flush = {"prompts": [[1, 2, 3]], "max_tokens": 1}
-    base = {"model": model, "dtype": "bfloat16", "max_model_len": tokens + 64, "block_size": 128,
-            "kv_cache_bytes": 2 * 1024**3, "cpu_gb": 1.0}
-    tier_dir = work / "lifeboat-tier"
-    codec_name, codec_from_fill = parse_codec_setting(codec)
-    lifeboat = {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 20, "path": str(tier_dir),
-                           "io_threads": io_threads, "codec": codec_name, "codec_from_fill": codec_from_fill}],
-                "engine": {"native_cpu_gb": 1.0}}
+    base, lifeboat = engine_settings(model, tokens, work, io_threads, codec)
 
     def one(prompt: list[int], reset: bool = False) -> dict[str, Any]:
         return {"prompts": [prompt], "max_tokens": 1, "reset": reset}

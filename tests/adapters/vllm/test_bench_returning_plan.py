@@ -1,0 +1,30 @@
+"""`bench returning` compares tiers, so both engine runs must offload the same chunk.
+
+Without an engine: the chunk each run offloads is read from the kv-transfer configs the bench's
+plans produce, as vLLM's spec would read them (``chunk_blocks`` for ours, ``block_size`` for
+vLLM's fs tier).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from lifeboatcache_vllm.offline import kv_transfer_config
+from lifeboatcache_vllm.settings import EXTRA_KEY, resolve_config
+from lifeboatcache_vllm.spec import chunk_blocks
+
+from lifeboatcache.bench.returning import CHUNK_TOKENS, engine_settings
+
+
+def test_both_tiers_offload_the_same_chunk(tmp_path: Path) -> None:
+    base, lifeboat = engine_settings("model", 7430, tmp_path, io_threads=8, codec="none")
+    ours_extra = kv_transfer_config({**base, "connector": "lifeboat",
+                                     "lifeboat_config": lifeboat})["kv_connector_extra_config"]
+    fs_extra = kv_transfer_config({**base, "connector": "vllm_fs",
+                                   "fs_dir": str(tmp_path / "fs")})["kv_connector_extra_config"]
+
+    block = base["block_size"]
+    engine_groups = SimpleNamespace(groups=(SimpleNamespace(tokens_per_block=block),))
+    ours = chunk_blocks(engine_groups, resolve_config(ours_extra[EXTRA_KEY]).engine.native_block_tokens) * block
+    assert ours == fs_extra["block_size"] == CHUNK_TOKENS
