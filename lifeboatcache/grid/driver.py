@@ -106,12 +106,26 @@ def _serve_phase(plan: GridPlan, config: GridConfig, dram_gb: float, tier_dir: P
         options = ReplayOptions(agents=agents, max_tokens=plan.options.max_tokens,
                                 think_scale=plan.options.think_scale, token_map=plan.options.token_map)
         replayed = replay_with_progress(sessions, endpoint, options, console, label=label)
+        save_request_records(replayed, log.with_name(f"{log.stem}-requests.jsonl"))
         lifeboat = scrape_lifeboat(port) if port else None
         save_engine_metrics(server.url, log.with_name(f"{log.stem}-vllm-metrics.txt"))
         status = server.exited()
         failure = None if status is None else server.failure(f"exited with status {status} during the replay")
         server.stop(sig=stop_signal)
     return _Phase(replayed, log, lifeboat, failure)
+
+
+def save_request_records(replayed: ReplayResult, path: Path) -> None:
+    """Every request of a server's replay, one JSON line each, beside its log, for diagnosis.
+
+    The summary averages a round over its agents; which request of a round was slow, how much
+    of its prompt came from cache and when it was sent (seconds on the client's monotonic clock,
+    the same clock for every server of a cell) is what tells a queue behind one long prefill
+    from a round that missed the cache.
+    """
+    with path.open("w") as out:
+        for record in replayed.records:
+            out.write(json.dumps(json_safe(record.to_dict())) + "\n")
 
 
 def save_engine_metrics(base_url: str, path: Path, timeout_s: float = 10.0) -> None:

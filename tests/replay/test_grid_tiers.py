@@ -164,6 +164,11 @@ def test_a_restart_continues_the_same_sessions_on_a_fresh_server(tmp_path: Path,
         assert ("graceful shutdown" in first) == (signal_name == "TERM") and "graceful shutdown" in second
         after = cell.extra["after_restart"]
         assert (after["round"], after["signal"], after["requests"], after["failed"]) == (2, signal_name, 2, 0)
+        # every request of each server, beside its log: which one of a round was slow, and why
+        per_server = [[json.loads(line) for line in Path(p).with_name(Path(p).stem + "-requests.jsonl").open()]
+                      for p in cell.extra["server_logs"]]
+        assert [sorted(r["turn"] for r in records) for records in per_server] == [[0, 0, 1, 1], [2, 2]]
+        assert all(r["ttft_s"] > 0 and r["prompt_tokens"] > 0 for records in per_server for r in records)
     # the fresh vLLM server remembers nothing; vLLM's fs tier serves the returning sessions from disk
     fs, plain = results["vllm-fs"].extra["after_restart"], results["vllm"].extra["after_restart"]
     assert fs["cache_served_share"] > plain["cache_served_share"]
