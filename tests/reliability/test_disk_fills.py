@@ -29,11 +29,17 @@ def test_disk_fills_cells_tell_the_settings_apart(tmp_path: Path, traces_dir: Pa
         assert all(r["errors"] == 0 for r in cell.values())  # every byte read was the block's own
     # a disk that never fills: nothing evicted, the same hits everywhere, the fill setting never codes
     assert len({r["hit_rate"] for r in never.values()}) == 1 and never["none"]["hit_rate"] > 0.3
-    assert all(r["evictions"] == 0 for r in never.values())
+    assert all(r["evictions"] == 0 and r["declined"] == 0 for r in never.values())
     assert never["lossless@0.8"]["stored_per_raw_at_end"] > 0.99 and never["lossless@0.8"]["compacted"] == 0
     assert never["lossless"]["stored_per_raw_at_end"] < 0.8
-    # a disk that fills: eviction runs, and the fill setting ends up coded, its raw blocks compacted
-    assert fills["none"]["evictions"] > 0
+    # a disk that fills: it ends full and turns stores away, and the fill setting ends up coded, its
+    # raw blocks compacted. Turned away is evicted or declined: keep_prefixes declines a store rather
+    # than evict a shallower block used within its idle limit (at least 5 s of wall clock), so how
+    # many of the two are evictions depends on how fast the box replays (0 on a quick, idle one)
+    none = fills["none"]
+    held = none["blocks_at_end"] * none["stored_per_raw_at_end"] * result["block_bytes"]
+    assert held > 0.9 * result["cells"]["fills"]["capacity_bytes"]
+    assert none["evictions"] + none["declined"] > 0
     assert fills["lossless@0.8"]["compacted"] > 0 and fills["lossless@0.8"]["stored_per_raw_at_end"] < 0.8
     assert fills["lossless@0.8"]["blocks_at_end"] > fills["none"]["blocks_at_end"]
     assert not list(tmp_path.glob("lifeboat-disk-fills-*")), "the temporary tiers are removed"
