@@ -10,9 +10,7 @@ is readable.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import random
-import signal
 import struct
 import time
 from dataclasses import dataclass
@@ -76,7 +74,7 @@ def kill_writer_once(config: dict[str, Any], seed: int, rng: random.Random, max_
         for _ in range(rng.randint(0, 3)):
             acked.append(struct.unpack("<i", reader.recv_bytes())[0])
         time.sleep(rng.uniform(0, max_delay_s))
-        os.kill(proc.pid, signal.SIGKILL)
+        proc.kill()  # not os.kill(pid): the forkserver may have reaped it already
         proc.join(10)
         while True:
             try:

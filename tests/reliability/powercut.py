@@ -17,7 +17,6 @@ import multiprocessing
 import os
 import random
 import shutil
-import signal
 import subprocess
 import threading
 from collections import Counter
@@ -248,7 +247,7 @@ class PowerCutRig:
         if self.daemon is not None:
             self.daemon.join(30)
             if self.daemon.is_alive():
-                os.kill(self.daemon.pid, signal.SIGKILL)
+                self.daemon.kill()  # not os.kill: see _run_writer
                 self.daemon.join(30)
         if os.path.ismount(self.mnt) or _dead_mount(self.mnt):
             subprocess.run(["umount", "-l", str(self.mnt)], check=True, capture_output=True)
@@ -313,8 +312,11 @@ class PowerCutRig:
             if crash_at is not None:
                 self.ledger.cut_at[cut[1].split(" ", 1)[0] if cut else "none"] += 1
         finally:
+            # Process.kill, not os.kill(pid): a forkserver child is reaped by the forkserver, not by
+            # us, so one that exits just after is_alive() is gone before the signal and os.kill
+            # raises ProcessLookupError (seen on a fast box); Process.kill ignores that
             if proc.is_alive():
-                os.kill(proc.pid, signal.SIGKILL)
+                proc.kill()
             proc.join(30)
             while True:  # what it acknowledged before it died
                 try:
