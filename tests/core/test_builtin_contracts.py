@@ -184,3 +184,27 @@ def test_file_direct_read_payload_feeds_the_payload_as_it_arrives(tmp_path: Path
     whole = RecordingSink(stream=False)
     b.read_payload(k, whole, stored)
     assert whole.payload == data and whole.calls == ["begin", "end"]
+
+
+def test_file_o_direct_on_a_filesystem_without_it_falls_back_to_buffered_io(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A filesystem that refuses O_DIRECT (tmpfs before Linux 6.6, some FUSE and overlay mounts:
+    ``open`` fails with EINVAL) must not turn ``o_direct = true`` into a tier whose every store
+    fails: the tier finds out once, when it opens, says so, and stores and loads buffered."""
+    real_open = os.open
+
+    def no_direct(path: str, flags: int, *args: object, **kwargs: object) -> int:
+        if flags & getattr(os, "O_DIRECT", 0):
+            raise OSError(22, "Invalid argument", path)  # EINVAL, as such a filesystem answers
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_direct)
+    with caplog.at_level("WARNING", logger="lifeboatcache_backend_file.backend"):
+        b = file_backend(tmp_path, o_direct=True)
+    assert any("O_DIRECT" in r.getMessage() and str(tmp_path / "tier") in r.getMessage() for r in caplog.records)
+    k = BlockKey("ns", bytes(32))
+    data = os.urandom(100_000)
+    stored = b.put(k, [data], BlockMeta.new(k, len(data)))
+    assert bytes(b.read(k)[1]) == data
+    assert stored % 4096  # buffered: not padded to the 4 KiB multiple an O_DIRECT write takes
+    assert sorted(p.name for p in (tmp_path / "tier").iterdir()) == [".layout", "ns"]  # the probe left nothing

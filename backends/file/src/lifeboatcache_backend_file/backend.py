@@ -140,10 +140,31 @@ class FileBackend(Backend):
             for directory in created:
                 _fsync_dir(os.path.dirname(directory))
         self.shard_depth = self._shard_depth()
-        self._direct = config.o_direct and hasattr(os, "O_DIRECT")
+        self._direct = config.o_direct and hasattr(os, "O_DIRECT") and self._takes_o_direct()
         self._reserve = int(config.reserve_free_gb * GB)
         # payload bytes -> header bytes of the last block seen with that payload size
         self._header_len: dict[int, int] = {}
+
+    def _takes_o_direct(self) -> bool:
+        """Whether this root's filesystem opens files with ``O_DIRECT``, tried once on a probe file.
+
+        tmpfs before Linux 6.6 and some FUSE and overlay mounts refuse it (``open`` fails with
+        EINVAL): with ``o_direct = true`` there, every store would fail. Such a tier does its
+        block I/O buffered instead and says so once. Any other error (a read-only or full root)
+        is not the flag's: the flag stays, and stores report what the root does.
+        """
+        probe = f"{self._root}/.o_direct.{_HOST}-{os.getpid()}-{secrets.token_hex(4)}{PARTIAL}"
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_DIRECT, 0o644))
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                return True
+            log.warning("tier %s: the filesystem at %s does not take O_DIRECT (%s); o_direct = true is ignored "
+                        "and block I/O goes through the page cache", self.tier, self._root, exc.strerror)
+            return False
+        finally:
+            _unlink_quiet(probe)  # some filesystems create the file before they refuse the flag
+        return True
 
     # ------------------------------------------------------------------ paths
 
