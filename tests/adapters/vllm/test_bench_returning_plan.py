@@ -28,3 +28,18 @@ def test_both_tiers_offload_the_same_chunk(tmp_path: Path) -> None:
     engine_groups = SimpleNamespace(groups=(SimpleNamespace(tokens_per_block=block),))
     ours = chunk_blocks(engine_groups, resolve_config(ours_extra[EXTRA_KEY]).engine.native_block_tokens) * block
     assert ours == fs_extra["block_size"] == CHUNK_TOKENS
+
+
+def test_o_direct_reaches_our_tier_only_when_asked(tmp_path: Path) -> None:
+    """``bench returning --o-direct`` measures our tier with O_DIRECT block I/O: the flag must reach
+    the file tier's options through the engine's kv-transfer config, and stay off without it."""
+
+    def tier_options(o_direct: bool) -> dict[str, object]:
+        base, lifeboat = engine_settings("model", 7430, tmp_path, io_threads=8, codec="none", o_direct=o_direct)
+        extra = kv_transfer_config({**base, "connector": "lifeboat",
+                                    "lifeboat_config": lifeboat})["kv_connector_extra_config"]
+        (tier,) = resolve_config(extra[EXTRA_KEY]).tiers
+        return tier.model_extra or {}
+
+    assert tier_options(True)["o_direct"] is True
+    assert tier_options(False).get("o_direct", False) is False
