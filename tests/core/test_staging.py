@@ -623,3 +623,19 @@ def test_a_copy_taken_back_while_the_engine_reads_it_leaves_no_ghost_in_the_inde
     assert dram.used == 0
     out = [bytearray(BLOCK) for _ in a]
     assert all(cache.get(a, out)) and [bytes(o) for o in out] == a_data
+
+
+def test_the_stager_remembers_at_most_max_blocks_forgetting_the_least_recent_sessions(
+        stack: Callable[..., TieredCache]) -> None:
+    """The stager learns every stored block (before any tier stages, too); a long-running server
+    must not grow with every block it ever stored. Past ``max_blocks`` the least recently active
+    sessions are forgotten whole, and the session being stored to is kept even when it alone is
+    larger."""
+    cache = stack(dram={"stage": False})
+    cache.stager.max_blocks = 6
+    session(cache, "a", 3, start=0)
+    session(cache, "b", 3, start=100)
+    session(cache, "c", 3, start=200)  # 9 > 6: a, the least recently active, is forgotten
+    assert [cache.stage(tag, 60.0) for tag in ("a", "b", "c")] == [0, 3, 3]
+    session(cache, "d", 8, start=300)  # alone more than max_blocks: b and c go, d stays whole
+    assert [cache.stage(tag, 60.0) for tag in ("b", "c", "d")] == [0, 0, 8]

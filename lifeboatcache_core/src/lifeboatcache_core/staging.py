@@ -57,6 +57,13 @@ log = logging.getLogger("lifeboatcache")
 #: (poll_s, then twice, then four times that: a mechanism's bound, not a tuned number)
 RETRIES = 3
 
+#: blocks the stager remembers at most, over all sessions (the least recently active sessions are
+#: forgotten first): about 260 bytes each with its hint, so at most ~65 MB. It learns every stored
+#: block whether or not a tier stages yet (a tier switched to ``stage = true`` live then stages the
+#: sessions it already saw), and a block stays known after every tier dropped it; without a bound
+#: a long-running server's stager would grow with every block it ever stored.
+MAX_BLOCKS = 250_000
+
 #: counters the stager adds to the cache's telemetry (``metrics.CacheStats``)
 COUNTERS = ("staged_bytes", "staged_used_bytes", "staged_wasted_bytes", "staged_late_arrivals")
 
@@ -162,7 +169,7 @@ class Stager:
     def __init__(self, tiers: Callable[[], Sequence[StagingTier]], count: Callable[..., None], *,
                  rate_bytes_s: float = 200e6, thread_share: float = 0.5, lead_s: float = 0.5,
                  grace_s: float = 10.0, poll_s: float = 0.25, max_sessions: int = 100_000,
-                 enabled: bool = True, from_policy: bool = True) -> None:
+                 max_blocks: int = MAX_BLOCKS, enabled: bool = True, from_policy: bool = True) -> None:
         self._tiers = tiers
         self._count = count
         #: off: nothing new is planned or staged (copies staged before still expire and are taken back)
@@ -181,10 +188,12 @@ class Stager:
         self.grace_s = grace_s
         self.poll_s = poll_s
         self.max_sessions = max_sessions
+        self.max_blocks = max_blocks
         self.clock: Callable[[], float] = time.monotonic
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._session_of: dict[BlockKey, str] = {}
+        self._known_blocks = 0  # over every session's ``blocks``
         self._plans: dict[str, _Plan] = {}
         self._staged: dict[BlockKey, _Staged] = {}
         self._queued: set[BlockKey] = set()
@@ -242,7 +251,8 @@ class Stager:
 
     def observe_put(self, keys: Sequence[BlockKey], sizes: Sequence[int], layout: KVLayout | None,
                     hints: Sequence[BlockHint | None]) -> None:
-        """Learn which session each stored block belongs to (its hint's tag). Memory only."""
+        """Learn which session each stored block belongs to (its hint's tag). Memory only, at most
+        ``max_blocks`` blocks: past it the least recently active sessions are forgotten."""
         with self._lock:
             for key, nbytes, hint in zip(keys, sizes, hints, strict=True):
                 if hint is None or hint.tag is None:
@@ -253,6 +263,11 @@ class Stager:
                 if key not in session.blocks:
                     session.blocks[key] = _Block(nbytes, layout, hint)
                     self._session_of[key] = hint.tag
+                    self._known_blocks += 1
+            # the session just stored to is the most recent: it is forgotten last, and kept even
+            # when it alone holds more than max_blocks
+            while self._known_blocks > self.max_blocks and len(self._sessions) > 1:
+                self._forget_oldest()
 
     def observe_get(self, keys: Sequence[BlockKey]) -> bool:
         """The engine asks for ``keys``: count staged blocks as used, and arrivals as on time or late.
@@ -746,14 +761,22 @@ class Stager:
         if session is None:
             session = self._sessions[tag] = _Session()
             while len(self._sessions) > self.max_sessions:
-                old_tag, old = self._sessions.popitem(last=False)
-                for key in old.blocks:
-                    if self._session_of.get(key) == old_tag:
-                        del self._session_of[key]
-                self._plans.pop(old_tag, None)
+                self._forget_oldest()
         else:
             self._sessions.move_to_end(tag)
         return session
+
+    def _forget_oldest(self) -> None:
+        """Forget the least recently active session: its blocks and its plan (caller holds ``_lock``).
+
+        Its staged copies stay in ``_staged`` and expire or are used as usual.
+        """
+        old_tag, old = self._sessions.popitem(last=False)
+        for key in old.blocks:
+            if self._session_of.get(key) == old_tag:
+                del self._session_of[key]
+        self._known_blocks -= len(old.blocks)
+        self._plans.pop(old_tag, None)
 
     def _block(self, key: BlockKey) -> _Block | None:
         """What the stager knows of ``key`` (caller holds ``_lock``): from the session that stored it."""
