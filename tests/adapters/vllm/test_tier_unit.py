@@ -646,6 +646,8 @@ def test_promotion_budget_holds_back_a_request_whose_chunks_would_not_fit_beside
         assert tier.lookup(a_keys[0], d) is hit
         report = tier.cpu_report()
         assert (report["promotions_admitted"], report["promotions_held_back"]) == (4, 3)
+        assert report["promotion_wait_requests"] == 2  # b and d, each let through after a wait
+        assert 0 <= report["promotion_wait_max_s"] <= report["promotion_wait_total_s"]  # seconds, rounded to ms
         tier.shutdown()
 
 

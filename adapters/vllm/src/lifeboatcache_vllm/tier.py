@@ -220,6 +220,10 @@ class LifeboatTier(SecondaryTierManager):
         self._held_back: set[str] = set()
         self._promotion_rows = 0
         self.promotion_counts = {"admitted": 0, "held_back": 0}
+        #: promotion_budget: when each request now held back was first held back (monotonic s), and
+        #: over the requests let through after a wait: how many, their total and longest wait
+        self._held_since: dict[str, float] = {}
+        self.promotion_waits = {"requests": 0, "total_s": 0.0, "max_s": 0.0}
         # per request: store jobs still in flight, and the recency update waiting for them
         self._stores_in_flight: dict[str, int] = {}
         self._touch_after: dict[str, list[BlockKey]] = {}
@@ -405,10 +409,18 @@ class LifeboatTier(SecondaryTierManager):
             if self._promoting and self._promoting_total + self._chunks_here_from(cache, key, req_context) \
                     > self._promotion_rows:
                 self._held_back.add(req_id)
+                self._held_since.setdefault(req_id, time.monotonic())
                 self.promotion_counts["held_back"] += 1
                 return False
             taken = self._promoting[req_id] = set()
             self.promotion_counts["admitted"] += 1
+            since = self._held_since.pop(req_id, None)
+            if since is not None:
+                waited = time.monotonic() - since
+                waits = self.promotion_waits
+                waits["requests"] += 1
+                waits["total_s"] += waited
+                waits["max_s"] = max(waits["max_s"], waited)
         if key not in taken:
             taken.add(key)
             self._promoting_total += 1
@@ -751,6 +763,7 @@ class LifeboatTier(SecondaryTierManager):
         """
         self._forget_asked(req_context.req_id)
         self._promotions_done(req_context.req_id)
+        self._held_since.pop(req_context.req_id, None)
         cache = self.cache
         if cache is None:
             return
@@ -812,6 +825,8 @@ class LifeboatTier(SecondaryTierManager):
         ``tier_threads_s``: our I/O, manifest and health threads; ``engine_thread_s``: our calls
         on vLLM's scheduler thread (lookups, submits, polls, recency); ``process_s``: the whole
         EngineCore process since the tier started, the engine's own work included.
+        ``promotion_wait_*``: requests the promotion budget held back and then let through, their
+        total and longest wait in seconds (a request held back waits for those let through before it).
         """
         threads = thread_cpu_seconds()
         moved = self._chunks_stored + self._chunks_loaded
@@ -819,6 +834,7 @@ class LifeboatTier(SecondaryTierManager):
         return {"chunks_stored": self._chunks_stored, "chunks_loaded": self._chunks_loaded,
                 **{f"exclusive_{name}": n for name, n in self.exclusive_counts.items()},
                 **{f"promotions_{name}": n for name, n in self.promotion_counts.items()},
+                **{f"promotion_wait_{name}": round(v, 3) for name, v in self.promotion_waits.items()},
                 "kv_events_dropped": self.events_dropped, "kv_removals_dropped": self.removals_dropped,
                 "tier_threads_s": round(threads, 3), "engine_thread_s": round(self._engine_thread_cpu_s, 6),
                 "ours_per_1000_chunks_s": round(1000 * ours / moved, 3) if moved else 0.0,
