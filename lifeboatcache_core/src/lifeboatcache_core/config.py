@@ -226,7 +226,8 @@ class EngineConfig(StrictModel):
     #: tier holds, later promotions evict earlier ones before their requests run (loaded again,
     #: or a row it cannot allocate: a miss, and the rest of that prompt is recomputed). A request
     #: whose chunks here would not fit in the budget beside those already promoted for others is
-    #: answered RETRY until they are scheduled; one request is always let through. 0: off.
+    #: answered RETRY until they are scheduled; one request is always let through. 0: off. 0.5 was
+    #: best of 0.25/0.5/0.75/1.0 at 16 agents (bench/results, thirty-first and thirty-second rounds)
     promotion_budget: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
