@@ -331,12 +331,8 @@ class FileBackend(Backend):
         path = self.path_of(key)
         try:
             return os.open(path, os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECT if self._direct else 0))
-        except FileNotFoundError:
+        except FileNotFoundError:  # (a filesystem without O_DIRECT was found out when the tier opened)
             raise KeyError(key) from None
-        except OSError as exc:
-            if exc.errno == errno.EINVAL and self._direct:  # filesystem without O_DIRECT
-                return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            raise
 
     def read_payload(self, key: BlockKey, sink: PayloadSink,
                      stored_size: int | None = None) -> tuple[BlockMeta, int]:
