@@ -260,3 +260,46 @@ def test_a_damaged_payload_fed_in_pieces_is_corrupt_never_a_crash(cuts: list[int
     except CorruptBlockError:
         return
     assert len(dest) == len(raw)
+
+
+def _skewed_bytes(rng: np.random.Generator, count: int, kind: str) -> bytes:
+    """Byte planes whose Huffman codes run from 1 bit (two symbols) to huff0's longest (11)."""
+    if kind == "two":
+        return rng.integers(0, 2, count, dtype=np.uint8).tobytes()
+    if kind == "geometric":  # long tails: codes of every length up to 11 bits
+        return np.minimum(rng.geometric(0.35, count), 255).astype(np.uint8).tobytes()
+    if kind == "zipf":
+        return np.minimum(rng.zipf(1.6, count), 255).astype(np.uint8).tobytes()
+    return (np.minimum(np.abs(rng.standard_normal(count)) * 3, 40)).astype(np.uint8).tobytes()  # exponent-like
+
+
+@pytest.mark.parametrize("kind", ["two", "geometric", "zipf", "exponent"])
+@pytest.mark.parametrize("count", [1023, 1024, 1027, 5001, 65_536, 131_072])
+def test_huffman_pieces_of_every_code_length_and_size_decode_exactly(kind: str, count: int) -> None:
+    """The decoder that resolves several symbols per lookup (used from 1,024 symbols a piece; huff0's
+    own below) must give back every byte, whatever the code lengths and wherever a stream's
+    segment ends (sizes that are not a multiple of four leave the last stream shorter)."""
+    from lifeboatcache_codec_lossless import _planes
+
+    rng = np.random.default_rng(count)
+    raw = _skewed_bytes(rng, count, kind)
+    payload = _planes.encode(memoryview(raw), 1, min(count, _planes.MAX_CHUNK), 0.97)
+    assert payload is not None, "the test data must compress, or no Huffman piece is stored"
+    dest = bytearray(count)
+    _planes.decode(payload, dest)
+    assert dest == raw
+
+
+@pytest.mark.parametrize("offset", [0, 1, 8])
+def test_format_2_decodes_into_a_buffer_at_any_alignment(offset: int) -> None:
+    """Two-byte elements are joined with streaming stores into a 16-byte aligned destination and
+    with plain stores into any other: the same bytes either way (an engine's row may start anywhere)."""
+    raw = _kv_like(1 << 16)
+    layout = KVLayout("bfloat16", (2, 2, 64, 4, 64), AXES)
+    pieces, params = LosslessCodec().encode(memoryview(raw), layout)
+    assert params == {"format": 2}
+    backing = np.zeros(len(raw) + 64, dtype=np.uint8)
+    start = (-backing.ctypes.data) % 64 + offset
+    dest = memoryview(backing)[start:start + len(raw)]
+    LosslessCodec().decode(memoryview(b"".join(bytes(p) for p in pieces)), params, layout, dest)
+    assert bytes(dest) == raw
