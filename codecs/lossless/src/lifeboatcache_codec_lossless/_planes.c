@@ -69,6 +69,7 @@ typedef struct { uint32_t symbols; BYTE count; BYTE bits; uint16_t unused; } Mul
 #define MULTI_OUT (4 * MULTI_STEPS) /* bytes a stream may store in one round of lookups */
 #define MULTI_IN 7                 /* bytes a stream may consume in one round (55 bits) */
 #define MULTI_MIN_SYMBOLS 1024u    /* below this huff0's decoder is used as it is */
+#define MULTI_MAX_BITS 5u          /* and above this many bits a symbol (fp8's ~6.6: one symbol a lookup) */
 #define HUF_CORRUPT ((size_t)-1)
 
 static void set_multi(MultiEntry *entry, uint32_t symbols, unsigned count, unsigned bits) {
@@ -116,8 +117,8 @@ static void finish_stream(BYTE *p, BIT_DStream_t *d, BYTE *end, const X1Entry *x
 }
 
 /* Decode a huff0 4-stream piece (table header included) of dst_size symbols; returns dst_size,
- * or an error code (HUF_isError) for a piece that does not decode. Small pieces, other table
- * sizes and big-endian or 32-bit hosts go to huff0's own decoder.
+ * or an error code (HUF_isError) for a piece that does not decode. Small pieces, pieces of long
+ * codes, other table sizes and big-endian or 32-bit hosts go to huff0's own decoder.
  *
  * The loop follows huff0's fast C loop: each stream's next bits sit at the top of a 64-bit
  * register with a 1 below the last loaded bit, so the bits consumed since the last load are
@@ -135,7 +136,8 @@ static size_t huf_decode(BYTE *dst, size_t dst_size, const BYTE *src, size_t src
     int s;
 
     dtable[0] = (HUF_DTable)(HUF_TABLELOG_MAX) * 0x01000001;
-    if (dst_size < MULTI_MIN_SYMBOLS || !MEM_isLittleEndian() || MEM_32bits())
+    if (dst_size < MULTI_MIN_SYMBOLS || src_size * 8 > dst_size * MULTI_MAX_BITS || !MEM_isLittleEndian()
+        || MEM_32bits())
         return HUF_decompress4X_hufOnly_wksp(dtable, dst, dst_size, src, src_size, wksp, wksp_size, huf_flags());
     h = HUF_readDTableX1_wksp(dtable, src, src_size, wksp, wksp_size, huf_flags());
     if (HUF_isError(h)) return h;
