@@ -7,8 +7,9 @@
  * keeps the data in cache. The GIL is released for the whole block so the cache's I/O threads
  * encode and decode blocks in parallel.
  *
- * Decoding resolves up to four symbols per table lookup (huf_decode below), about 1.3x
- * huff0's own decoders on exponent planes; the stored format is huff0's, unchanged.
+ * Decoding resolves up to four symbols per table lookup (huf_decode below): with the join
+ * changes beside it, 1.45x the decode speed huff0's own decoders gave on SmolLM2 bf16 KV
+ * (bench codecs, 2026-12-05); the stored format is huff0's, unchanged.
  *
  * Elements of 2 or 4 bytes are rotated left by one bit first, so that the top byte holds the
  * whole exponent of a bf16/fp32 value (sign and 7 exponent bits otherwise share a byte while
@@ -208,7 +209,7 @@ static size_t huf_decode(BYTE *dst, size_t dst_size, const BYTE *src, size_t src
      * HUF_initRemainingDStream: the reader may step back down to the input's start) */
     for (s = 0; s < 4; s++) {
         BIT_DStream_t d;
-        if (op[s] > seg_end[s] || ip[s] < iend[s] - 8) return HUF_CORRUPT;
+        if (op[s] > seg_end[s] || ip[s] + 8 < iend[s]) return HUF_CORRUPT;
         d.bitContainer = MEM_readLEST(ip[s]);
         d.bitsConsumed = (unsigned)ZSTD_countTrailingZeros64(bits[s]);
         d.start = (const char *)ilowest;
