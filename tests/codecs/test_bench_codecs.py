@@ -16,7 +16,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from lifeboatcache.bench.codecs import BENCH_CODECS, KVScorer, _timed, run_benchmark
+from lifeboatcache.bench.codecs import BENCH_CODECS, KVScorer, _timed, rank_oscar_layers, run_benchmark
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +90,24 @@ def test_speeds_count_the_cpu_time_of_every_thread() -> None:
 
     cpu, _ = _timed(in_a_thread)
     assert cpu >= 0.5 * spent[0]
+
+
+def test_oscar_layers_are_ranked_by_the_perplexity_they_cost_and_the_costliest_kept_precise(
+        scorer: KVScorer, tmp_path: Path) -> None:
+    """Every (K/V, layer) is ranked by what storing it at 2 bits costs the model, measured; the
+    precise ones are the head of that ranking, as many as the ratio allows, and oscar run with
+    them (through bench codecs' options) stores them at more bits."""
+    ranked = rank_oscar_layers(scorer, block_tokens=32, rotation_dir=tmp_path, min_ratio=3.0)
+    units = [row["unit"] for row in ranked["ranking"]]
+    gains = [row["ppl_gain"] for row in ranked["ranking"]]
+    assert sorted(units) == ["k0", "k1", "v0", "v1"] and gains == sorted(gains, reverse=True)
+    options = ranked["codec_options"]
+    chosen = {f"k{n}" for n in options["precise_k"]} | {f"v{n}" for n in options["precise_v"]}
+    # head dim 16: 2 bits + 2 of scale and zero, 4x; each precise unit adds 2 bits to a quarter
+    # of the values: two fit above 3x (3.2x), a third would not (2.9x)
+    assert chosen == set(units[:2])
+    assert ranked["plain"]["ratio"] == pytest.approx(4.0, abs=0.05)
+    assert ranked["precise"]["ratio"] == pytest.approx(3.2, abs=0.05)
+    doc = run_benchmark(scorer, ["oscar"], block_tokens=32, repeats=1, rotation_dir=tmp_path / "again",
+                        oscar_options=options)
+    assert doc["codecs"]["oscar"]["ratio"] == pytest.approx(ranked["precise"]["ratio"], abs=1e-3)

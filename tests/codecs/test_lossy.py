@@ -251,3 +251,38 @@ def test_oscar_blocks_back_to_back_limit_blas_once_not_per_call(tmp_path: Path) 
         round_trip(codec, x, BLOCK)
     assert _SINGLE_THREADED_BLAS.limited - before == 1
     assert _SINGLE_THREADED_BLAS.restored(timeout_s=10)
+
+
+def test_oscar_precise_layers_are_stored_at_more_bits_and_the_rest_as_before(tmp_path: Path) -> None:
+    """A layer named in precise_k keeps its keys at precise_bits: its error falls, its bytes grow by
+    exactly the extra bits, and every other layer and half decodes to what plain oscar gives."""
+    layout = KVLayout("bfloat16", (2, 4, 256, 3, 64), AXES)
+    x = kv_like(layout.shape, seed=7, outlier_channels=2)
+    plain, plain_stored, _ = round_trip(OscarCodec(OscarConfig(rotation_dir=tmp_path)), x, layout)
+    codec = OscarCodec(OscarConfig(rotation_dir=tmp_path, precise_k=[2], precise_bits=4))
+    out, stored, params = round_trip(codec, x, layout)
+    assert params["precise"] == {"k": [2], "v": []} and params["precise_bits"] == 4
+    assert stored - plain_stored == 256 * 3 * 64 * (4 - 2) // 8  # one layer's keys, 2 bits more a value
+    assert rel_err(x[0, 2], out[0, 2]) < 0.3 * rel_err(x[0, 2], plain[0, 2])
+    others = [(0, 0), (0, 1), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)]
+    assert all(np.array_equal(out[h, n], plain[h, n]) for h, n in others)
+    assert x.nbytes / stored >= 5.0
+
+
+def test_oscar_precise_layers_beyond_the_model_are_ignored_and_bad_ones_refused(tmp_path: Path) -> None:
+    layout = KVLayout("bfloat16", (2, 2, 32, 3, 64), AXES)
+    x = kv_like(layout.shape)
+    _, _, params = round_trip(OscarCodec(OscarConfig(rotation_dir=tmp_path, precise_v=[1, 9])), x, layout)
+    assert params["precise"] == {"k": [], "v": [1]}
+    with pytest.raises(ValueError):
+        OscarConfig(precise_k=[3, 3])
+    with pytest.raises(ValueError):
+        OscarConfig(precise_k=[-1])
+    codec = OscarCodec(OscarConfig(rotation_dir=tmp_path, precise_v=[1]))
+    pieces, good = codec.encode(memoryview(x.view(np.uint8).reshape(-1)), layout)
+    payload = memoryview(b"".join(bytes(p) for p in pieces))
+    dest = memoryview(np.empty_like(x).view(np.uint8).reshape(-1))
+    for bad in ({**good, "precise": {"k": [], "v": [5]}}, {**good, "precise_bits": 2},
+                {**good, "precise": {"v": [1]}}, {k: v for k, v in good.items() if k != "precise_bits"}):
+        with pytest.raises(CorruptBlockError):
+            codec.decode(payload, bad, layout, dest)

@@ -7,8 +7,10 @@ same by default (``k_groups = "channel"``); ``"token"`` groups K like V. A layou
 ``kv``/``token``/``dim`` axes (e.g. vLLM's opaque ``layer, block, page`` rows) is quantized in
 contiguous groups along its last axis, which is always valid, just not KIVI's grouping.
 
-Payload, per half of the block (K then V; a block without a ``kv`` axis is one half): the
-packed codes (row-major over the groups), the float16 scales, the float16 zeros. Every length
+Payload, per half of the block (K then V; a block without a ``kv`` axis is one half) and per
+run of its rows that share a bit width (one run, unless a subclass keeps some rows at more bits:
+oscar's precise layers): the packed codes (row-major over the groups), the float16 scales, the
+float16 zeros. Every length
 follows from the layout and ``params``, so the payload carries no header of its own. Blocks
 that cannot be quantized faithfully (no layout, not a float dtype, NaN/Inf, values beyond
 float16) are stored raw.
@@ -91,6 +93,10 @@ class GroupQuantCodec(Codec):
     def _clip(self, half: str, layout: KVLayout, params: dict[str, Any], n_rows: int) -> float | np.ndarray:
         return 1.0
 
+    def _bit_runs(self, half: str, layout: KVLayout, params: dict[str, Any], n_rows: int) -> list[tuple[int, int, int]]:
+        """Consecutive rows of a half sharing one bit width, as (first, end, bits): all at ``params["bits"]`` here."""
+        return [(0, n_rows, params["bits"])]
+
     def _can_quantize(self, layout: KVLayout | None) -> bool:
         return kvarray.quantizable(layout)
 
@@ -104,14 +110,16 @@ class GroupQuantCodec(Codec):
         if not np.isfinite(peak) or peak > FP16_SAFE:
             return [raw], {"mode": "raw"}
         params = self._params(layout, x)
-        bits = params["bits"]
         pieces: list[Buffer] = []
         for half, index in kvarray.halves(layout):
             part = self._forward(half, x[index], layout, params)
             axis, group = self._grouping(half, layout, params)
             rows = kvarray.to_rows(part, axis, group)
-            packed, scale, zero = quantize_rows(rows, bits, self._clip(half, layout, params, rows.shape[0]))
-            pieces += [memoryview(packed), memoryview(scale.view(np.uint8)), memoryview(zero.view(np.uint8))]
+            clip = self._clip(half, layout, params, rows.shape[0])
+            for first, end, bits in self._bit_runs(half, layout, params, rows.shape[0]):
+                packed, scale, zero = quantize_rows(rows[first:end], bits,
+                                                    clip if np.isscalar(clip) else clip[first:end])
+                pieces += [memoryview(packed), memoryview(scale.view(np.uint8)), memoryview(zero.view(np.uint8))]
         return pieces, params
 
     def decode(self, payload: memoryview, params: dict[str, Any], layout: KVLayout | None,
@@ -126,28 +134,32 @@ class GroupQuantCodec(Codec):
         self._check_params(params)
         if layout is None or not self._can_quantize(layout) or kvarray.raw_size(layout) != dest.nbytes:
             raise CorruptBlockError(f"{self.name}: layout {layout} does not describe a {dest.nbytes}-byte float block")
-        bits = params["bits"]
         shape = kvarray.half_shape(layout)
         plan = []
         for half, index in kvarray.halves(layout):
             axis, group = self._grouping(half, layout, params)
             n_rows, width = kvarray.rows_shape(shape, axis, group)
-            plan.append((half, index, axis, n_rows, width))
-        expected = sum(packed_size(n * w, bits) + 4 * n for _, _, _, n, w in plan)
+            plan.append((half, index, axis, width, self._bit_runs(half, layout, params, n_rows)))
+        expected = sum(packed_size((end - first) * width, bits) + 4 * (end - first)
+                       for _, _, _, width, runs in plan for first, end, bits in runs)
         if payload.nbytes != expected:
             raise CorruptBlockError(f"{self.name}: payload has {payload.nbytes} bytes, expected {expected}")
         data = np.frombuffer(payload, dtype=np.uint8)
         out = np.empty(layout.shape, dtype=np.float32)
         offset = 0
-        for half, index, axis, n_rows, width in plan:
-            size = packed_size(n_rows * width, bits)
-            packed = data[offset: offset + size]
-            offset += size
-            scale = data[offset: offset + 2 * n_rows].view(np.float16)
-            zero = data[offset + 2 * n_rows: offset + 4 * n_rows].view(np.float16)
-            offset += 4 * n_rows
-            part = kvarray.from_rows(dequantize_rows(packed, bits, width, scale, zero), shape, axis)
-            out[index] = self._inverse(half, part, layout, params)
+        for half, index, axis, width, runs in plan:
+            decoded = []
+            for first, end, bits in runs:
+                n_rows = end - first
+                size = packed_size(n_rows * width, bits)
+                packed = data[offset: offset + size]
+                offset += size
+                scale = data[offset: offset + 2 * n_rows].view(np.float16)
+                zero = data[offset + 2 * n_rows: offset + 4 * n_rows].view(np.float16)
+                offset += 4 * n_rows
+                decoded.append(dequantize_rows(packed, bits, width, scale, zero))
+            rows = decoded[0] if len(decoded) == 1 else np.concatenate(decoded)
+            out[index] = self._inverse(half, kvarray.from_rows(rows, shape, axis), layout, params)
         kvarray.store(out, layout, dest)
 
 

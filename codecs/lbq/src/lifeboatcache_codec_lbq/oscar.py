@@ -47,7 +47,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import platformdirs
@@ -55,7 +55,7 @@ import xxhash
 from lifeboatcache_core.abc import KVLayout, PluginConfig
 from lifeboatcache_core.chunkfile import Buffer
 from lifeboatcache_core.errors import CorruptBlockError
-from pydantic import Field
+from pydantic import Field, field_validator
 from threadpoolctl import ThreadpoolController
 
 from lifeboatcache_codec_lbq import kvarray
@@ -155,6 +155,19 @@ class OscarConfig(PluginConfig):
         description="where calibrated rotations are kept; share it between hosts that share a tier")
     exact_tokens: int = Field(
         2, ge=0, le=64, description="most tokens per block kept unquantized when their norms mark them as sinks")
+    precise_k: list[int] = Field(
+        default_factory=list,
+        description="layers whose keys are stored at precise_bits, not 2: the few a model's perplexity is most "
+                    "sensitive to (rank them with `lifeboatcache bench codecs --rank-oscar-layers`)")
+    precise_v: list[int] = Field(default_factory=list, description="the same for values")
+    precise_bits: Literal[3, 4] = Field(4, description="bits per value of the precise layers")
+
+    @field_validator("precise_k", "precise_v")
+    @classmethod
+    def _layers(cls, layers: list[int]) -> list[int]:
+        if any(layer < 0 for layer in layers) or len(set(layers)) != len(layers):
+            raise ValueError(f"precise layers must be distinct layer indices >= 0, got {layers}")
+        return sorted(layers)
 
 
 def hadamard(n: int) -> np.ndarray:
@@ -348,14 +361,42 @@ class OscarCodec(GroupQuantCodec):
     def _params(self, layout: KVLayout, x: np.ndarray) -> dict[str, Any]:
         rotation_id = self._current_rotation(x, layout).id
         exact = sink_tokens(x, layout, self.options.exact_tokens)
-        return {"mode": self.mode, "bits": BITS, "rotation": rotation_id, "exact_tokens": exact}
+        params = {"mode": self.mode, "bits": BITS, "rotation": rotation_id, "exact_tokens": exact}
+        layers = _layer_count(layout)
+        precise = {half: [n for n in getattr(self.options, f"precise_{half}") if n < layers] for half in ("k", "v")}
+        if layers and (precise["k"] or precise["v"]):
+            params.update(precise=precise, precise_bits=self.options.precise_bits)
+        return params
 
     def _check_params(self, params: dict[str, Any]) -> None:
         exact = params.get("exact_tokens")
-        if (set(params) != {"mode", "bits", "rotation", "exact_tokens"} or params["bits"] != BITS
+        keys = {"mode", "bits", "rotation", "exact_tokens"}
+        precise = params.get("precise")
+        if precise is not None:
+            keys |= {"precise", "precise_bits"}
+        if (set(params) != keys or params["bits"] != BITS
                 or not isinstance(params["rotation"], str) or not isinstance(exact, list)
-                or not all(isinstance(t, int) and t >= 0 for t in exact) or len(set(exact)) != len(exact)):
+                or not all(isinstance(t, int) and t >= 0 for t in exact) or len(set(exact)) != len(exact)
+                or (precise is not None and not _precise_understood(precise, params.get("precise_bits")))):
             raise CorruptBlockError(f"{self.tag}: params not understood: {params!r}")
+
+    def _bit_runs(self, half: str, layout: KVLayout, params: dict[str, Any], n_rows: int) -> list[tuple[int, int, int]]:
+        """The precise layers' rows at ``precise_bits``, the others at 2 (rows are laid out layer-major)."""
+        precise = params.get("precise", {}).get(half)
+        layers = _layer_count(layout)
+        if not precise or not layers or n_rows % layers or max(precise) >= layers:
+            if precise:
+                raise CorruptBlockError(f"oscar: precise layers {precise} do not fit layout {layout}")
+            return [(0, n_rows, BITS)]
+        per_layer = n_rows // layers
+        runs: list[tuple[int, int, int]] = []
+        for layer in range(layers):
+            bits = params["precise_bits"] if layer in precise else BITS
+            if runs and runs[-1][2] == bits:
+                runs[-1] = (runs[-1][0], (layer + 1) * per_layer, bits)
+            else:
+                runs.append((layer * per_layer, (layer + 1) * per_layer, bits))
+        return runs
 
     # ------------------------------------------------------------------ exact (sink) tokens
 
@@ -421,12 +462,32 @@ class OscarCodec(GroupQuantCodec):
         return _restore(y, x.shape, perm)
 
     def _clip(self, half: str, layout: KVLayout, params: dict[str, Any], n_rows: int) -> float | np.ndarray:
-        """Per row: the clip factor of the row's layer (rows are laid out layer-major)."""
+        """Per row: the clip factor of the row's layer (rows are laid out layer-major); none on a
+        precise layer (the factors are calibrated for 2 bits)."""
         clips = self.rotation(params["rotation"]).clip(half)
         per_layer = n_rows // len(clips)
         if "layer" not in kvarray.half_axes(layout) or kvarray.half_axes(layout)[0] != "layer":
             return float(np.max(clips))  # layer is not the outer axis: one factor for all rows
+        precise = params.get("precise", {}).get(half)
+        if precise:
+            clips = clips.copy()
+            clips[precise] = 1.0
         return np.repeat(clips, per_layer)
+
+
+def _layer_count(layout: KVLayout) -> int:
+    """Layers of a block whose halves are laid out layer-major (0 otherwise: no precise layers)."""
+    axes = kvarray.half_axes(layout)
+    if not axes or axes[0] != "layer":
+        return 0
+    return layout.shape[layout.axes.index("layer")]
+
+
+def _precise_understood(precise: Any, bits: Any) -> bool:
+    """``params["precise"]`` is {"k": [layers], "v": [layers]} of distinct sorted indices, at 3 or 4 bits."""
+    return (isinstance(precise, dict) and set(precise) == {"k", "v"} and bits in (3, 4)
+            and all(isinstance(layers, list) and all(isinstance(n, int) and n >= 0 for n in layers)
+                    and layers == sorted(set(layers)) for layers in precise.values()))
 
 
 def _write_atomic(path: Path, data: bytes, *, keep_existing: bool) -> None:
