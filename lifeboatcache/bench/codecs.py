@@ -309,44 +309,51 @@ def run_codec(codec: Codec, blocks: list[np.ndarray], repeats: int) -> CodecRun:
                     *_speeds(raw_bytes, times, threaded=True)[2:])
 
 
-def rank_oscar_layers(scorer: KVScorer, block_tokens: int, rotation_dir: Path, precise_bits: int = 4,
+def rank_oscar_layers(scorers: Sequence[KVScorer], block_tokens: int, rotation_dir: Path, precise_bits: int = 3,
                       min_ratio: float = 6.0) -> dict[str, Any]:
     """Rank each (K/V, layer) by the perplexity oscar's 2 bits cost there; choose the costliest to keep precise.
 
     A unit's cost is the perplexity with oscar everywhere minus that with this one unit exact
-    (two forward passes per layer). On SmolLM2 a few layers' keys carry most of the loss: the
-    model reads them, not their statistics, so the codec (which sees only KV) cannot find them
-    itself; this is the offline calibration with the model that OSCAR does with its queries.
-    The choice is the longest prefix of the ranking whose ratio, predicted from the plain one
-    and ``precise_bits``, stays at least ``min_ratio``; it is then measured (ratio, perplexity).
-    Judge it on other texts (``bench codecs --text OTHER --oscar-options``): chosen and scored
-    on one text it is in-sample.
+    (two forward passes per layer), summed over the calibration texts (``scorers``). On SmolLM2
+    a few layers' keys carry most of the loss: the model reads them, not their statistics, so
+    the codec (which sees only KV) cannot find them itself; this is the offline calibration
+    with the model that OSCAR does with its queries. The choice is the longest prefix of the
+    ranking whose ratio, predicted from the plain one and ``precise_bits``, stays at least
+    ``min_ratio``; it is then measured (ratio, perplexity) on each calibration text. Judge it on
+    other texts (``bench codecs --text OTHER --oscar-options``): on its own texts it is in-sample.
     """
-    blocks = split_blocks(scorer.exact, block_tokens)
-    plain = run_codec(make_codec("oscar", {"rotation_dir": str(rotation_dir)}), blocks, 1)
-    ppl_exact, ppl_plain = scorer.perplexity(scorer.exact), scorer.perplexity(plain.decoded)
-    halves, layers = scorer.exact.shape[:2]
-    costs = []
-    for kv in range(halves):
-        for layer in range(layers):
-            mixed = plain.decoded.copy()
-            mixed[kv, layer] = scorer.exact[kv, layer]
-            costs.append(("kv"[kv], layer, ppl_plain - scorer.perplexity(mixed)))
-    costs.sort(key=lambda unit: -unit[2])
-    element_bits = 8 * scorer.exact.dtype.itemsize
-    bits_plain = element_bits / plain.ratio
-    extra = (precise_bits - 2) / (halves * layers)  # bits per value of the block, per precise unit
+    plains, costs = [], {}
+    for scorer in scorers:
+        blocks = split_blocks(scorer.exact, block_tokens)
+        plain = run_codec(make_codec("oscar", {"rotation_dir": str(rotation_dir)}), blocks, 1)
+        ppl_plain = scorer.perplexity(plain.decoded)
+        plains.append((plain.ratio, ppl_plain / scorer.perplexity(scorer.exact) - 1.0))
+        halves, layers = scorer.exact.shape[:2]
+        for kv in range(halves):
+            for layer in range(layers):
+                mixed = plain.decoded.copy()
+                mixed[kv, layer] = scorer.exact[kv, layer]
+                unit = ("kv"[kv], layer)
+                costs[unit] = costs.get(unit, 0.0) + ppl_plain - scorer.perplexity(mixed)
+    ranking = sorted(costs, key=lambda unit: -costs[unit])
+    element_bits = 8 * scorers[0].exact.dtype.itemsize
+    bits_plain = element_bits / min(ratio for ratio, _ in plains)
+    extra = (precise_bits - 2) / len(ranking)  # bits per value of the block, per precise unit
     chosen = 0
-    while chosen < len(costs) and element_bits / (bits_plain + (chosen + 1) * extra) >= min_ratio:
+    while chosen < len(ranking) and element_bits / (bits_plain + (chosen + 1) * extra) >= min_ratio:
         chosen += 1
-    options = {"precise_k": sorted(n for h, n, _ in costs[:chosen] if h == "k"),
-               "precise_v": sorted(n for h, n, _ in costs[:chosen] if h == "v"), "precise_bits": precise_bits}
-    check = run_codec(make_codec("oscar", {"rotation_dir": str(rotation_dir), **options}), blocks, 1)
-    return {"ranking": [{"unit": f"{h}{n}", "ppl_gain": round(cost, 4)} for h, n, cost in costs],
-            "codec_options": options, "min_ratio": min_ratio,
-            "plain": {"ratio": round(plain.ratio, 3), "ppl_rel": round(ppl_plain / ppl_exact - 1.0, 6)},
-            "precise": {"ratio": round(check.ratio, 3),
-                        "ppl_rel": round(scorer.perplexity(check.decoded) / ppl_exact - 1.0, 6)}}
+    options = {"precise_k": sorted(n for h, n in ranking[:chosen] if h == "k"),
+               "precise_v": sorted(n for h, n in ranking[:chosen] if h == "v"), "precise_bits": precise_bits}
+    measured = []
+    for scorer, (ratio, ppl_rel) in zip(scorers, plains, strict=True):
+        check = run_codec(make_codec("oscar", {"rotation_dir": str(rotation_dir), **options}),
+                          split_blocks(scorer.exact, block_tokens), 1)
+        measured.append({"plain": {"ratio": round(ratio, 3), "ppl_rel": round(ppl_rel, 6)},
+                         "precise": {"ratio": round(check.ratio, 3),
+                                     "ppl_rel": round(scorer.perplexity(check.decoded)
+                                                      / scorer.perplexity(scorer.exact) - 1.0, 6)}})
+    return {"ranking": [{"unit": f"{h}{n}", "ppl_gain": round(costs[(h, n)], 4)} for h, n in ranking],
+            "codec_options": options, "min_ratio": min_ratio, "calibration": measured}
 
 
 def relative_error(reference: np.ndarray, decoded: np.ndarray) -> float:
@@ -461,8 +468,10 @@ def register(app: typer.Typer) -> None:
                                                    "'{\"precise_k\": [17, 18, 5, 8]}'."),
         rank_oscar_layers: bool = typer.Option(
             False, "--rank-oscar-layers",
-            help="Instead: rank (K/V, layer) by the perplexity oscar costs there on --text and print the "
-                 "precise layers that keep it at 6x or more (JSON)."),
+            help="Instead: rank (K/V, layer) by the perplexity oscar costs there on the --calibrate-on texts "
+                 "(default: --text) and print the precise layers that keep it at 6x or more (JSON)."),
+        calibrate_on: list[Path] = typer.Option(
+            [], "--calibrate-on", help="A calibration text for --rank-oscar-layers (repeat for several)."),
     ) -> None:
         """Compression, speed, K/V error and perplexity of every codec on real SmolLM2 KV."""
         try:
@@ -481,9 +490,11 @@ def register(app: typer.Typer) -> None:
         source = text or _default_text()
         scorer = smollm2_scorer(source, context, score)
         if rank_oscar_layers:
+            texts = calibrate_on or [source]
+            scorers = [scorer if path == source else smollm2_scorer(path, context, score) for path in texts]
             with tempfile.TemporaryDirectory(prefix="lifeboat-oscar-") as rotation_dir:
-                ranked = rank_oscar_layers(scorer, block_tokens, Path(rotation_dir))
-            typer.echo(json.dumps({**ranked, "text": str(source)}, indent=1))
+                ranked = rank_oscar_layers(scorers, block_tokens, Path(rotation_dir))
+            typer.echo(json.dumps({**ranked, "texts": [str(path) for path in texts]}, indent=1))
             return
         with tempfile.TemporaryDirectory(prefix="lifeboat-oscar-") as rotation_dir:
             doc = run_benchmark(scorer, selected, block_tokens, repeats, Path(rotation_dir), references,

@@ -97,7 +97,7 @@ def test_oscar_layers_are_ranked_by_the_perplexity_they_cost_and_the_costliest_k
     """Every (K/V, layer) is ranked by what storing it at 2 bits costs the model, measured; the
     precise ones are the head of that ranking, as many as the ratio allows, and oscar run with
     them (through bench codecs' options) stores them at more bits."""
-    ranked = rank_oscar_layers(scorer, block_tokens=32, rotation_dir=tmp_path, min_ratio=3.0)
+    ranked = rank_oscar_layers([scorer], block_tokens=32, rotation_dir=tmp_path, precise_bits=4, min_ratio=3.0)
     units = [row["unit"] for row in ranked["ranking"]]
     gains = [row["ppl_gain"] for row in ranked["ranking"]]
     assert sorted(units) == ["k0", "k1", "v0", "v1"] and gains == sorted(gains, reverse=True)
@@ -106,8 +106,9 @@ def test_oscar_layers_are_ranked_by_the_perplexity_they_cost_and_the_costliest_k
     # head dim 16: 2 bits + 2 of scale and zero, 4x; each precise unit adds 2 bits to a quarter
     # of the values: two fit above 3x (3.2x), a third would not (2.9x)
     assert chosen == set(units[:2])
-    assert ranked["plain"]["ratio"] == pytest.approx(4.0, abs=0.05)
-    assert ranked["precise"]["ratio"] == pytest.approx(3.2, abs=0.05)
+    [measured] = ranked["calibration"]
+    assert measured["plain"]["ratio"] == pytest.approx(4.0, abs=0.05)
+    assert measured["precise"]["ratio"] == pytest.approx(3.2, abs=0.05)
     doc = run_benchmark(scorer, ["oscar"], block_tokens=32, repeats=1, rotation_dir=tmp_path / "again",
                         oscar_options=options)
-    assert doc["codecs"]["oscar"]["ratio"] == pytest.approx(ranked["precise"]["ratio"], abs=1e-3)
+    assert doc["codecs"]["oscar"]["ratio"] == pytest.approx(measured["precise"]["ratio"], abs=1e-3)
