@@ -466,7 +466,7 @@ def register(app: typer.Typer) -> None:
                                                     "('' for none; zipnn needs `pip install zipnn`)."),
         oscar_options: str = typer.Option("", help="JSON object added to oscar's options, e.g. "
                                                    "'{\"precise_k\": [17, 18, 5, 8]}'."),
-        rank_oscar_layers: bool = typer.Option(
+        rank_layers: bool = typer.Option(
             False, "--rank-oscar-layers",
             help="Instead: rank (K/V, layer) by the perplexity oscar costs there on the --calibrate-on texts "
                  "(default: --text) and print the precise layers that keep it at 6x or more (JSON)."),
@@ -489,7 +489,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"unknown reference(s) {references}; choose from {', '.join(REFERENCES)}")
         source = text or _default_text()
         scorer = smollm2_scorer(source, context, score)
-        if rank_oscar_layers:
+        if rank_layers:
             texts = calibrate_on or [source]
             scorers = [scorer if path == source else smollm2_scorer(path, context, score) for path in texts]
             with tempfile.TemporaryDirectory(prefix="lifeboat-oscar-") as rotation_dir:

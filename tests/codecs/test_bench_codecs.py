@@ -7,6 +7,7 @@ teacher-forced scoring, the JSON document — from rotting.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -15,8 +16,11 @@ import numpy as np
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+from typer.testing import CliRunner
 
+import lifeboatcache.bench.codecs as bench_codecs
 from lifeboatcache.bench.codecs import BENCH_CODECS, KVScorer, _timed, rank_oscar_layers, run_benchmark
+from lifeboatcache.cli import app
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +116,30 @@ def test_oscar_layers_are_ranked_by_the_perplexity_they_cost_and_the_costliest_k
     doc = run_benchmark(scorer, ["oscar"], block_tokens=32, repeats=1, rotation_dir=tmp_path / "again",
                         oscar_options=options)
     assert doc["codecs"]["oscar"]["ratio"] == pytest.approx(measured["precise"]["ratio"], abs=1e-3)
+
+
+def test_the_command_ranks_over_every_calibration_text_and_judges_options_on_another(
+        scorer: KVScorer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bench codecs --rank-oscar-layers --calibrate-on A --calibrate-on B` ranks over both texts;
+    `--oscar-options` reaches the oscar codec (the tiny model stands in for SmolLM2)."""
+    texts = []
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text(name)
+        texts.append(tmp_path / name)
+    read: list[Path] = []
+    monkeypatch.setattr(bench_codecs, "smollm2_scorer", lambda path, context, score: read.append(path) or scorer)
+    result = CliRunner().invoke(app, ["bench", "codecs", "--rank-oscar-layers", "--block-tokens", "32",
+                                      "--calibrate-on", str(texts[0]), "--calibrate-on", str(texts[1]),
+                                      "--text", str(texts[0])])
+    assert result.exit_code == 0, result.output
+    ranked = json.loads(result.output)
+    assert ranked["texts"] == [str(t) for t in texts] and read == texts and len(ranked["calibration"]) == 2
+    assert len(ranked["ranking"]) == 4
+    options = json.dumps({"precise_k": [0, 1], "precise_bits": 4})
+    result = CliRunner().invoke(app, ["bench", "codecs", "--codecs", "oscar", "--reference", "", "--json",
+                                      "--repeats", "1", "--block-tokens", "32", "--text", str(texts[1]),
+                                      "--oscar-options", options])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["codecs"]["oscar"]["ratio"] == pytest.approx(4.0 * 4 / 5, abs=0.05)
+    result = CliRunner().invoke(app, ["bench", "codecs", "--oscar-options", "[1]", "--text", str(texts[1])])
+    assert result.exit_code != 0 and "JSON object" in result.output
