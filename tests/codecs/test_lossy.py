@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import ml_dtypes
@@ -11,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lifeboatcache_codec_fp8.codec import Fp8Codec, Fp8Config
 from lifeboatcache_codec_lbq.lbq import Int2Codec, LbqCodec, LbqConfig
-from lifeboatcache_codec_lbq.oscar import _SINGLE_THREADED_BLAS, OscarCodec, OscarConfig
+from lifeboatcache_codec_lbq.oscar import _SINGLE_THREADED_BLAS, OscarCodec, OscarConfig, Rotation
 from lifeboatcache_core.abc import Codec, KVLayout
 from lifeboatcache_core.errors import CorruptBlockError
 
@@ -286,3 +288,45 @@ def test_oscar_precise_layers_beyond_the_model_are_ignored_and_bad_ones_refused(
                 {**good, "precise": {"v": [1]}}, {k: v for k, v in good.items() if k != "precise_bits"}):
         with pytest.raises(CorruptBlockError):
             codec.decode(payload, bad, layout, dest)
+
+
+def test_oscar_after_a_restart_reads_its_rotation_once_however_many_threads_ask(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every I/O thread's first block after a restart needs the same rotation file: one thread reads
+    it (np.load's header parsing is not thread-safe on CPython 3.11), the others find it cached."""
+    x = kv_like(BLOCK.shape, seed=3)
+    pieces, params = OscarCodec(OscarConfig(rotation_dir=tmp_path)).encode(memoryview(x.view(np.uint8).reshape(-1)),
+                                                                         BLOCK)
+    payload = memoryview(b"".join(bytes(p) for p in pieces))
+    restarted = OscarCodec(OscarConfig(rotation_dir=tmp_path))
+    from_blob = Rotation.from_blob
+    inside, most, calls = [0], [0], [0]
+    guard = threading.Lock()
+
+    def slow_from_blob(blob: bytes) -> Rotation:
+        with guard:
+            inside[0] += 1
+            calls[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.05)  # long enough for every other thread to arrive
+        try:
+            return from_blob(blob)
+        finally:
+            with guard:
+                inside[0] -= 1
+
+    monkeypatch.setattr(Rotation, "from_blob", staticmethod(slow_from_blob))
+    errors: list[BaseException] = []
+
+    def decode() -> None:
+        try:
+            restarted.decode(payload, params, BLOCK, memoryview(np.empty_like(x).view(np.uint8).reshape(-1)))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=decode) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and calls[0] == 1 and most[0] == 1

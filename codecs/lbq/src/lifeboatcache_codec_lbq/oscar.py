@@ -262,6 +262,7 @@ class OscarCodec(GroupQuantCodec):
         self.options: OscarConfig = self.config  # type: ignore[assignment]
         self._lock = threading.Lock()
         self._calibrating = threading.Lock()
+        self._loading = threading.Lock()
         self._warned = False
         self._by_id: dict[str, Rotation] = {}
         self._by_shape: dict[tuple[Any, ...], Rotation] = {}
@@ -326,22 +327,33 @@ class OscarCodec(GroupQuantCodec):
             return found
 
     def rotation(self, rotation_id: str) -> Rotation:
-        """The stored rotation ``rotation_id`` (cached); CorruptBlockError when it cannot be had."""
+        """The stored rotation ``rotation_id`` (cached); CorruptBlockError when it cannot be had.
+
+        Read by one thread at a time: after a restart every I/O thread's first block asks for the
+        same file at once, and ``np.load`` parses its header with ``ast``, which CPython 3.11 does
+        not keep apart between threads ("AST constructor recursion depth mismatch"): a good block
+        was set aside as corrupt. The others wait and find it cached.
+        """
         with self._lock:
             found = self._by_id.get(rotation_id)
         if found is not None:
             return found
-        path = self.options.rotation_dir / f"oscar-{rotation_id}.npz"
-        try:
-            found = Rotation.from_blob(path.read_bytes())
-        except (OSError, ValueError, KeyError) as exc:
-            raise CorruptBlockError(
-                f"oscar: rotation {rotation_id} is not readable at {path} ({exc}); blocks written with it are "
-                "misses until that file is back (share rotation_dir between hosts that share a tier)") from None
-        if found.id != rotation_id:
-            raise CorruptBlockError(f"oscar: rotation file {path} is damaged (content id {found.id})")
-        with self._lock:
-            self._by_id[rotation_id] = found
+        with self._loading:
+            with self._lock:
+                found = self._by_id.get(rotation_id)
+            if found is not None:
+                return found
+            path = self.options.rotation_dir / f"oscar-{rotation_id}.npz"
+            try:
+                found = Rotation.from_blob(path.read_bytes())
+            except (OSError, ValueError, KeyError) as exc:
+                raise CorruptBlockError(
+                    f"oscar: rotation {rotation_id} is not readable at {path} ({exc}); blocks written with it are "
+                    "misses until that file is back (share rotation_dir between hosts that share a tier)") from None
+            if found.id != rotation_id:
+                raise CorruptBlockError(f"oscar: rotation file {path} is damaged (content id {found.id})")
+            with self._lock:
+                self._by_id[rotation_id] = found
         return found
 
     # ------------------------------------------------------------------ GroupQuantCodec hooks
