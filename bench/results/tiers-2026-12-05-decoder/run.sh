@@ -1,0 +1,19 @@
+#!/bin/bash
+# bench tiers --codec lossless (real SmolLM2 bf16 KV, cold O_DIRECT reads) with the lossless codec before
+# (7d8d8f9's package through PYTHONPATH from a worktree at /tmp/wt-old, its extension built in place) and after
+# (the working tree), interleaved new/old, old/new, new/old. Nothing else runs.
+set -u
+cd /work/main
+D=bench/results/tiers-2026-12-05-decoder
+log() { echo "$1 $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg) $2 commit $(git rev-parse --short HEAD)+wt" >> $D/runlog.txt; }
+for pair in 1 2 3; do
+  if [ $pair = 2 ]; then sides="old new"; else sides="new old"; fi
+  for side in $sides; do
+    [ $side = old ] && PP=/tmp/wt-old/codecs/lossless/src || PP=
+    log start "$pair $side"
+    PYTHONPATH=$PP .venv/bin/python -m lifeboatcache bench tiers --codec lossless --json --path /work/bench-ab \
+      > $D/tiers-$side-$pair.json 2> $D/tiers-$side-$pair.stderr
+    log end "$pair $side rc=$?"
+  done
+done
+rm -rf /work/bench-ab
