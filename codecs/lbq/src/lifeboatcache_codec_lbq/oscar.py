@@ -27,6 +27,11 @@ What we had to choose, since a storage codec sees only the cache:
   mean-centring (perplexity 21.9 -> 16.8) and not with the rotation as it is now (17.3 vs
   17.4, i.e. nothing); we keep it, as OSCAR does, for models whose sinks are fragile.
 
+- OSCAR quantizes every layer at 2 bits. On SmolLM2 a few layers' keys cost most of the
+  perplexity (K17 and K18 alone 0.67 of GPL-3's 1.56 points), and a store cannot see which:
+  ``precise_k``/``precise_v`` name layers kept at ``precise_bits`` (rotated as the rest, not
+  clipped), chosen offline with the model (``lifeboatcache bench codecs --rank-oscar-layers``).
+
 The rotation (matrices and clip factors) is calibrated on the first block the codec
 encodes for a given KV shape — or explicitly with :meth:`OscarCodec.calibrate` — and stored
 once, content-addressed, as ``oscar-<id>.npz`` in ``rotation_dir``, with ``current-<shape>.txt``
