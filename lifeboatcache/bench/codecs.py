@@ -319,13 +319,17 @@ def rank_oscar_layers(scorers: Sequence[KVScorer], block_tokens: int, rotation_d
     the codec (which sees only KV) cannot find them itself; this is the offline calibration
     with the model that OSCAR does with its queries. The choice is the longest prefix of the
     ranking whose ratio, predicted from the plain one and ``precise_bits``, stays at least
-    ``min_ratio``; it is then measured (ratio, perplexity) on each calibration text. Judge it on
-    other texts (``bench codecs --text OTHER --oscar-options``): on its own texts it is in-sample.
+    ``min_ratio``; it is then measured (ratio, perplexity) on each calibration text. Each text is
+    encoded under a rotation calibrated on its own KV (a subdirectory of ``rotation_dir`` each),
+    as ``bench codecs`` encodes it. Judge the choice on other texts (``bench codecs --text OTHER
+    --oscar-options``): on its own texts it is in-sample.
     """
+    # each text under a rotation calibrated on its own KV, as bench codecs (and a fresh tier) encodes it
+    rotation_dirs = [str(rotation_dir / f"text-{i}") for i in range(len(scorers))]
     plains, costs = [], {}
-    for scorer in scorers:
+    for scorer, rotations in zip(scorers, rotation_dirs, strict=True):
         blocks = split_blocks(scorer.exact, block_tokens)
-        plain = run_codec(make_codec("oscar", {"rotation_dir": str(rotation_dir)}), blocks, 1)
+        plain = run_codec(make_codec("oscar", {"rotation_dir": rotations}), blocks, 1)
         ppl_plain = scorer.perplexity(plain.decoded)
         plains.append((plain.ratio, ppl_plain / scorer.perplexity(scorer.exact) - 1.0))
         halves, layers = scorer.exact.shape[:2]
@@ -345,8 +349,8 @@ def rank_oscar_layers(scorers: Sequence[KVScorer], block_tokens: int, rotation_d
     options = {"precise_k": sorted(n for h, n in ranking[:chosen] if h == "k"),
                "precise_v": sorted(n for h, n in ranking[:chosen] if h == "v"), "precise_bits": precise_bits}
     measured = []
-    for scorer, (ratio, ppl_rel) in zip(scorers, plains, strict=True):
-        check = run_codec(make_codec("oscar", {"rotation_dir": str(rotation_dir), **options}),
+    for scorer, rotations, (ratio, ppl_rel) in zip(scorers, rotation_dirs, plains, strict=True):
+        check = run_codec(make_codec("oscar", {"rotation_dir": rotations, **options}),
                           split_blocks(scorer.exact, block_tokens), 1)
         measured.append({"plain": {"ratio": round(ratio, 3), "ppl_rel": round(ppl_rel, 6)},
                          "precise": {"ratio": round(check.ratio, 3),

@@ -24,13 +24,21 @@ from lifeboatcache.cli import app
 
 
 @pytest.fixture(scope="module")
-def scorer() -> KVScorer:
+def model() -> LlamaForCausalLM:
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    model = LlamaForCausalLM(config).eval()
-    ids = torch.randint(0, 128, (1, 200), generator=torch.Generator().manual_seed(1))
+    return LlamaForCausalLM(config).eval()
+
+
+def tiny_scorer(model: LlamaForCausalLM, seed: int) -> KVScorer:
+    ids = torch.randint(0, 128, (1, 200), generator=torch.Generator().manual_seed(seed))
     return KVScorer(model, ids, context=128, score=32)
+
+
+@pytest.fixture(scope="module")
+def scorer(model: LlamaForCausalLM) -> KVScorer:
+    return tiny_scorer(model, 1)
 
 
 def test_exact_kv_is_bf16_in_block_layout(scorer: KVScorer) -> None:
@@ -143,3 +151,16 @@ def test_the_command_ranks_over_every_calibration_text_and_judges_options_on_ano
     assert json.loads(result.output)["codecs"]["oscar"]["ratio"] == pytest.approx(4.0 * 4 / 5, abs=0.05)
     result = CliRunner().invoke(app, ["bench", "codecs", "--oscar-options", "[1]", "--text", str(texts[1])])
     assert result.exit_code != 0 and "JSON object" in result.output
+
+
+def test_each_calibration_text_is_ranked_under_a_rotation_of_its_own(model: LlamaForCausalLM, tmp_path: Path) -> None:
+    """A second text is encoded as bench codecs (or a fresh tier) would encode it, with a rotation
+    calibrated on its own KV, not on the first text's."""
+    texts = [tiny_scorer(model, 1), tiny_scorer(model, 2)]
+    ranked = rank_oscar_layers(texts, block_tokens=32, rotation_dir=tmp_path, precise_bits=4, min_ratio=3.0)
+    rotations = [sorted(p.name for p in (tmp_path / f"text-{i}").glob("oscar-*.npz")) for i in range(2)]
+    assert len(rotations[0]) == len(rotations[1]) == 1 and rotations[0] != rotations[1]
+    for text, measured in zip(texts, ranked["calibration"], strict=True):
+        alone = rank_oscar_layers([text], block_tokens=32, rotation_dir=tmp_path / "alone" / str(id(text)),
+                                  precise_bits=4, min_ratio=3.0)["calibration"][0]
+        assert measured["plain"] == alone["plain"]
