@@ -5,7 +5,8 @@
 # 2. bench codecs --codecs oscar with and without those options on every text (no timing figures used).
 set -u
 cd /work/main
-D=bench/results/oscar-2026-12-05-precise
+D=${1:-bench/results/oscar-2026-12-05-precise}  # a later round: a subfolder
+mkdir -p $D
 PYD=$(.venv/bin/python -c "import argparse, os; print(os.path.dirname(argparse.__file__))")
 L=/usr/share/common-licenses
 log() { echo "$1 $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg) $2 commit $(git rev-parse --short HEAD)+wt" >> $D/runlog.txt; }
