@@ -422,7 +422,7 @@ def run_benchmark(scorer: KVScorer, names: list[str], block_tokens: int, repeats
         ppl, kl = scorer.fidelity(run.decoded.astype(np.float32))
         results[name] = {
             "codec": codec.tag,
-            "options": options if registered != "oscar" else {},
+            "options": {k: v for k, v in options.items() if k != "rotation_dir"},  # a temporary folder
             "input_dtype": dtype,
             **_figures(run),
             "k_rel_err": round(relative_error(source[0], run.decoded[0]), 6),

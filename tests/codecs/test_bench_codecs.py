@@ -124,6 +124,7 @@ def test_oscar_layers_are_ranked_by_the_perplexity_they_cost_and_the_costliest_k
     doc = run_benchmark(scorer, ["oscar"], block_tokens=32, repeats=1, rotation_dir=tmp_path / "again",
                         oscar_options=options)
     assert doc["codecs"]["oscar"]["ratio"] == pytest.approx(measured["precise"]["ratio"], abs=1e-3)
+    assert doc["codecs"]["oscar"]["options"] == options  # the record says what was run
 
 
 def test_the_command_ranks_over_every_calibration_text_and_judges_options_on_another(
