@@ -326,12 +326,13 @@ def rank_oscar_layers(scorers: Sequence[KVScorer], block_tokens: int, rotation_d
     """
     # each text under a rotation calibrated on its own KV, as bench codecs (and a fresh tier) encodes it
     rotation_dirs = [str(rotation_dir / f"text-{i}") for i in range(len(scorers))]
+    exact = [scorer.perplexity(scorer.exact) for scorer in scorers]
     plains, costs = [], {}
-    for scorer, rotations in zip(scorers, rotation_dirs, strict=True):
+    for scorer, rotations, ppl_exact in zip(scorers, rotation_dirs, exact, strict=True):
         blocks = split_blocks(scorer.exact, block_tokens)
         plain = run_codec(make_codec("oscar", {"rotation_dir": rotations}), blocks, 1)
         ppl_plain = scorer.perplexity(plain.decoded)
-        plains.append((plain.ratio, ppl_plain / scorer.perplexity(scorer.exact) - 1.0))
+        plains.append((plain.ratio, ppl_plain / ppl_exact - 1.0))
         halves, layers = scorer.exact.shape[:2]
         for kv in range(halves):
             for layer in range(layers):
@@ -349,13 +350,12 @@ def rank_oscar_layers(scorers: Sequence[KVScorer], block_tokens: int, rotation_d
     options = {"precise_k": sorted(n for h, n in ranking[:chosen] if h == "k"),
                "precise_v": sorted(n for h, n in ranking[:chosen] if h == "v"), "precise_bits": precise_bits}
     measured = []
-    for scorer, rotations, (ratio, ppl_rel) in zip(scorers, rotation_dirs, plains, strict=True):
+    for scorer, rotations, ppl_exact, (ratio, ppl_rel) in zip(scorers, rotation_dirs, exact, plains, strict=True):
         check = run_codec(make_codec("oscar", {"rotation_dir": rotations, **options}),
                           split_blocks(scorer.exact, block_tokens), 1)
         measured.append({"plain": {"ratio": round(ratio, 3), "ppl_rel": round(ppl_rel, 6)},
                          "precise": {"ratio": round(check.ratio, 3),
-                                     "ppl_rel": round(scorer.perplexity(check.decoded)
-                                                      / scorer.perplexity(scorer.exact) - 1.0, 6)}})
+                                     "ppl_rel": round(scorer.perplexity(check.decoded) / ppl_exact - 1.0, 6)}})
     return {"ranking": [{"unit": f"{h}{n}", "ppl_gain": round(costs[(h, n)], 4)} for h, n in ranking],
             "codec_options": options, "min_ratio": min_ratio, "calibration": measured}
 
@@ -492,14 +492,14 @@ def register(app: typer.Typer) -> None:
         if sorted(set(references) - set(REFERENCES)):
             raise typer.BadParameter(f"unknown reference(s) {references}; choose from {', '.join(REFERENCES)}")
         source = text or _default_text()
-        scorer = smollm2_scorer(source, context, score)
         if rank_layers:
             texts = calibrate_on or [source]
-            scorers = [scorer if path == source else smollm2_scorer(path, context, score) for path in texts]
+            scorers = [smollm2_scorer(path, context, score) for path in texts]
             with tempfile.TemporaryDirectory(prefix="lifeboat-oscar-") as rotation_dir:
                 ranked = rank_oscar_layers(scorers, block_tokens, Path(rotation_dir))
             typer.echo(json.dumps({**ranked, "texts": [str(path) for path in texts]}, indent=1))
             return
+        scorer = smollm2_scorer(source, context, score)
         with tempfile.TemporaryDirectory(prefix="lifeboat-oscar-") as rotation_dir:
             doc = run_benchmark(scorer, selected, block_tokens, repeats, Path(rotation_dir), references,
                                 extra_oscar)
