@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import sys
 import threading
 
@@ -303,3 +304,45 @@ def test_format_2_decodes_into_a_buffer_at_any_alignment(offset: int) -> None:
     dest = memoryview(backing)[start:start + len(raw)]
     LosslessCodec().decode(memoryview(b"".join(bytes(p) for p in pieces)), params, layout, dest)
     assert bytes(dest) == raw
+
+
+@pytest.mark.parametrize("stop", [1, 4096, 100_000])
+@pytest.mark.parametrize("low_bytes", ["noise", "noise then zeros"])
+def test_format_2_coded_a_chunk_at_a_time_is_the_one_call_payload(stop: int, low_bytes: str) -> None:
+    """Resumed chunk after chunk, the encoder codes exactly what one call does: the run of
+    chunks each plane was stored raw in (which decides when a raw plane is tried again: low
+    bytes that turn to zeros after two noisy chunks stay raw until the retry) is carried over,
+    and bytes past the piece table never change once coded."""
+    raw = _kv_like(1 << 20)
+    if low_bytes != "noise":
+        elements = np.frombuffer(raw, dtype=np.uint16).copy()
+        elements[2 * 16384:] &= 0xFF00
+        raw = elements.tobytes()
+    layout = KVLayout("bfloat16", (2, 32, 128, 2, 64), AXES)  # 64 chunks, mantissa planes raw
+    codec = LosslessCodec()
+    pieces, params = codec.encode(memoryview(raw), layout)
+    whole = b"".join(bytes(p) for p in pieces)
+    assert params == {"format": 2}
+    out = memoryview(mmap.mmap(-1, len(raw)))
+    encoder = codec.stream_encoder(memoryview(raw), layout, out)
+    assert encoder is not None
+    settled: list[tuple[int, bytes]] = []
+    coded = 0
+    while not encoder.finished:
+        coded = encoder.step(coded + stop)
+        settled.append((coded, bytes(out[encoder.head_len: coded])))
+    assert len(settled) > 3 if stop < 100_000 else len(settled) > 1
+    assert encoder.length == len(whole) and bytes(out[: len(whole)]) == whole
+    for upto, seen in settled:
+        assert whole[encoder.head_len: upto] == seen, "a settled byte changed after it was coded"
+
+
+def test_format_2_stream_encoder_falls_back_to_raw_bytes_that_do_not_shrink() -> None:
+    raw = np.random.default_rng(5).integers(0, 256, 1 << 18, dtype=np.uint8).tobytes()
+    layout = KVLayout("bfloat16", (2, 4, 128, 2, 64), AXES)
+    encoder = LosslessCodec().stream_encoder(memoryview(raw), layout, memoryview(mmap.mmap(-1, len(raw))))
+    assert encoder is not None
+    while not encoder.finished:
+        encoder.step(1 << 30)
+    pieces, params = encoder.result()
+    assert encoder.length is None and params == {"planes": 0} and b"".join(bytes(p) for p in pieces) == raw

@@ -250,3 +250,59 @@ def test_a_block_found_while_the_index_loads_is_indexed_at_its_stored_size(tmp_p
         out = np.zeros_like(data[0])
         assert cache.get(ks, [out]) == [True] and np.array_equal(out, data[0])
         assert tier.index[ks[0]] == stored and tier.sample().bytes_used == stored
+
+
+@pytest.mark.parametrize("backend", ["file", "file-direct", "dram"])
+def test_blocks_coded_one_after_another_on_one_thread_each_come_back(tmp_path: Path, backend: str) -> None:
+    """A tier's thread codes every block into one buffer of its own: a backend that kept a view
+    of a payload past its ``put``, or a stream written from the buffer after the next block was
+    coded into it, would serve another block's bytes (or a miss). One I/O thread, many blocks."""
+    tier: dict[str, object] = {"name": "nvme", "backend": "dram" if backend == "dram" else "file", "capacity_gb": 1,
+                               "codec": "lossless", "io_threads": 1}
+    if backend != "dram":
+        tier.update(path=str(tmp_path / "tier"), o_direct=backend == "file-direct")
+    config = {"tiers": [tier], "fallback_local": {"enabled": False}}
+    data = blocks(6)
+    with TieredCache(load_config_dict(config), background_index=False) as cache:
+        assert cache.put(keys(6), data, layout=LAYOUT) == [True] * 6
+        assert cache.stats()["nvme"]["bytes_used"] < 0.9 * sum(d.nbytes for d in data)
+        out = [np.empty_like(d) for d in data]
+        assert cache.get(keys(6), out) == [True] * 6
+    for got, want in zip(out, data, strict=True):
+        assert got.tobytes() == want.tobytes()
+
+
+def test_a_codec_failing_while_a_block_streams_fails_that_store_only(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An encoder that raises half way through a streamed write is the codec's failure, not the
+    disk's: the store fails, its reservation is given back, no partial file stays, and however
+    many stores it fails the tier stays up (``unhealthy_after`` counts I/O errors only)."""
+    from lifeboatcache_codec_lossless import codec as lossless
+
+    real_step = lossless._Format2Encoder.step
+    calls = {"n": 0, "failing": True}
+
+    def failing_step(self: object, stop: int) -> int:
+        calls["n"] += 1
+        if calls["failing"] and calls["n"] % 2 == 0:  # the second step of a block
+            raise MemoryError("planted")
+        return real_step(self, stop)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(lossless._Format2Encoder, "step", failing_step)
+    tier = {"name": "nvme", "backend": "file", "capacity_gb": 1, "codec": "lossless", "io_threads": 1,
+            "path": str(tmp_path / "tier"), "o_direct": True, "unhealthy_after": 2}
+    layout = KVLayout("bfloat16", (2, 30, 256, 3, 64), AXES)  # a SmolLM2 block: coded in several steps
+    rng = np.random.default_rng(1)
+    data = [(rng.standard_normal(layout.shape) * 2).astype(ml_dtypes.bfloat16).view(np.uint16) for _ in range(4)]
+    with TieredCache(load_config_dict({"tiers": [tier], "fallback_local": {"enabled": False}}),
+                     background_index=False) as cache:
+        assert cache.put(keys(3), data[:3], layout=layout) == [False] * 3
+        assert cache.stats()["nvme"]["errors"] == 3 and cache.health()[0]["up"]
+        assert cache.tiers[0].reserved == 0
+        assert not list((tmp_path / "tier").rglob("*.partial"))
+        calls["failing"] = False
+        assert cache.put(keys(4)[3:], data[3:], layout=layout) == [True]
+        assert calls["n"] > 4, "the blocks were not coded in steps"
+        out = [np.empty_like(d) for d in data]
+        assert cache.get(keys(4), out) == [False, False, False, True]
+        assert out[3].tobytes() == data[3].tobytes()

@@ -208,3 +208,68 @@ def test_file_o_direct_on_a_filesystem_without_it_falls_back_to_buffered_io(
     assert bytes(b.read(k)[1]) == data
     assert stored % 4096  # buffered: not padded to the 4 KiB multiple an O_DIRECT write takes
     assert sorted(p.name for p in (tmp_path / "tier").iterdir()) == [".layout", "ns"]  # the probe left nothing
+
+
+def _partial_size(b: FileBackend, k: BlockKey) -> int:
+    """Bytes of the one in-flight ``.partial`` of ``k`` (O_DIRECT: as far as it was written)."""
+    final = Path(b.path_of(k))
+    (partial,) = final.parent.glob(final.name + ".*.partial")
+    return partial.stat().st_size
+
+
+def test_file_direct_put_stream_writes_coded_pages_before_the_payload_is_whole(tmp_path: Path) -> None:
+    """With o_direct, what the encoder has coded is on the disk while it codes on: by the time
+    ``finish`` runs, all but the head page and the last partial piece are in the ``.partial``."""
+    import mmap
+
+    from lifeboatcache_backend_file.backend import STREAM_WRITE
+    from lifeboatcache_core.testing.streams import SteppedPayload
+
+    b = file_backend(tmp_path, o_direct=True)
+    k = BlockKey("ns", bytes(range(32)))
+    data = os.urandom(4 * STREAM_WRITE + 12345)
+    encoder = SteppedPayload(data, memoryview(mmap.mmap(-1, len(data))), head_len=528)
+    on_disk: list[int] = []
+
+    def finish(pieces: object, params: object) -> BlockMeta:
+        on_disk.append(_partial_size(b, k))
+        return BlockMeta.new(k, len(data))
+
+    stored = b.put_stream(k, encoder, finish)
+    assert on_disk and on_disk[0] >= 4096 + 3 * STREAM_WRITE, f"only {on_disk} bytes written before the end"
+    assert len(encoder.steps) >= 4
+    assert stored == os.stat(b.path_of(k)).st_size
+    assert bytes(b.read(k)[1]) == data
+
+
+def test_file_direct_put_stream_rewrites_a_block_whose_header_outgrows_a_page(tmp_path: Path) -> None:
+    import mmap
+
+    from lifeboatcache_core.testing.streams import SteppedPayload
+
+    b = file_backend(tmp_path, o_direct=True)
+    k = BlockKey("ns", bytes(range(1, 33)))
+    data = os.urandom(3 * 2**20 + 999)
+    encoder = SteppedPayload(data, memoryview(mmap.mmap(-1, len(data))), head_len=4096 * 2 + 7)
+    meta = BlockMeta.new(k, len(data), tag="t" * 6000)  # a header of two pages
+    assert b.put_stream(k, encoder, lambda pieces, params: meta) is not None
+    got_meta, payload = b.read(k)
+    assert bytes(payload) == data and got_meta.tag == "t" * 6000
+
+
+@pytest.mark.parametrize("length", [1, 4067, 4068, 4069, 4095, 4096, 4097, 8192, 2**20 + 1])
+def test_file_direct_put_of_a_page_aligned_payload_of_any_length(tmp_path: Path, length: int) -> None:
+    """A payload that starts on a page is written from where it lies up to its last whole page,
+    the rest staged with the trailer: every length round-trips."""
+    import mmap
+
+    b = file_backend(tmp_path, o_direct=True)
+    k = BlockKey("ns", length.to_bytes(4, "big") * 8)
+    data = os.urandom(length)
+    buf = mmap.mmap(-1, length)
+    buf[:] = data
+    stored = b.put(k, [memoryview(buf)], BlockMeta.new(k, length))
+    assert stored % 4096 == 0 and stored == os.stat(b.path_of(k)).st_size
+    assert bytes(b.read(k)[1]) == data
+    dest = memoryview(bytearray(length))
+    assert bytes(b.read(k, dest)[1]) == data

@@ -7,6 +7,7 @@ the hooks in :mod:`lifeboatcache_core.hookspecs`. The contract tests in
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -107,7 +108,25 @@ class Backend(ABC):
 
     @abstractmethod
     def put(self, key: BlockKey, payload: Sequence[Buffer], meta: BlockMeta) -> int:
-        """Store ``payload`` (pieces, concatenated) atomically; return the bytes stored."""
+        """Store ``payload`` (pieces, concatenated) atomically; return the bytes stored.
+
+        The pieces are lent for the call: keep no reference to them after it (a tier encodes
+        its next block into the same memory)."""
+
+    def put_stream(self, key: BlockKey, encoder: StreamEncoder,
+                   finish: Callable[[Sequence[Buffer], dict[str, Any]], BlockMeta | None]) -> int | None:
+        """Store the payload ``encoder`` codes, as ``put`` does; ``finish(pieces, params)`` gives
+        the block's meta once the payload is whole, or None to store nothing (then None here).
+
+        Why: a backend that writes a block in pieces (``O_DIRECT``) can write what is coded while
+        the rest is being coded, so the disk is busy while the CPU codes. This default codes the
+        whole payload first, then ``put``.
+        """
+        while not encoder.finished:
+            encoder.step(sys.maxsize)
+        pieces, params = encoder.result()
+        meta = finish(pieces, params)
+        return None if meta is None else self.put(key, pieces, meta)
 
     @abstractmethod
     def read(self, key: BlockKey, dest: memoryview | None = None) -> tuple[BlockMeta, memoryview]:
@@ -332,6 +351,27 @@ class StreamDecoder(Protocol):
         """Decode the rest of the whole ``payload``; raise ``CorruptBlockError`` if it does not decode."""
 
 
+class StreamEncoder(Protocol):
+    """Codes one block into one buffer in steps (``Codec.stream_encoder``): the payload's bytes
+    from ``head_len`` on are final once coded, so a backend can write them while the rest is
+    coded; the first ``head_len`` change until the last step (a piece table, say)."""
+
+    #: where the payload goes (page-aligned): the payload is ``out[:length]`` once finished
+    out: memoryview
+    head_len: int
+    #: every step taken: ``result`` is ready
+    finished: bool
+    #: the payload's length in ``out`` once finished; None when the block is stored otherwise
+    #: (coding did not pay: ``result`` then names other pieces)
+    length: int | None
+
+    def step(self, stop: int) -> int:
+        """Code on until the payload has at least ``stop`` bytes or is whole; the bytes coded so far."""
+
+    def result(self) -> tuple[Sequence[Buffer], dict[str, Any]]:
+        """Once finished: the payload's pieces and the params to record, as ``Codec.encode`` returns them."""
+
+
 class Codec(ABC):
     """Turns raw block bytes into stored bytes and back, per tier.
 
@@ -357,6 +397,24 @@ class Codec(ABC):
     @abstractmethod
     def encode(self, raw: memoryview, layout: KVLayout | None) -> tuple[Sequence[Buffer], dict[str, Any]]:
         """Return (payload pieces, params to record in the block's meta)."""
+
+    def encode_into(self, raw: memoryview, layout: KVLayout | None,
+                    out: memoryview) -> tuple[Sequence[Buffer], dict[str, Any]]:
+        """``encode``, with ``out`` (page-aligned, ``raw.nbytes`` long, owned by the caller) to
+        put the payload in: pieces may then be views of ``out``, valid until the caller reuses it.
+
+        Why: a tier stores one block per I/O thread at a time, so one such buffer per thread
+        serves every store; a payload in fresh memory costs a page fault per 4 KiB written, and
+        one that is not page-aligned a copy before an ``O_DIRECT`` write. The default ignores
+        ``out``.
+        """
+        return self.encode(raw, layout)
+
+    def stream_encoder(self, raw: memoryview, layout: KVLayout | None, out: memoryview) -> StreamEncoder | None:
+        """An encoder that codes ``raw`` into ``out`` (as ``encode_into``) in steps, so that a
+        backend writes the settled bytes while the rest is coded; None, the default, when this
+        codec codes only whole (``encode_into``)."""
+        return None
 
     @abstractmethod
     def decode(

@@ -24,15 +24,17 @@ from lifeboatcache_core.abc import (
     KVLayout,
     ManifestStore,
     StreamDecoder,
+    StreamEncoder,
     outcome_of,
 )
-from lifeboatcache_core.chunkfile import BlockMeta
+from lifeboatcache_core.chunkfile import BlockMeta, Buffer
 from lifeboatcache_core.config import manifest_scheme
 from lifeboatcache_core.errors import CorruptBlockError, LifeboatError, ManifestError, TierFullError
 from lifeboatcache_core.integrity import BlockSigner, TamperedBlockError
 from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.prefixes import PrefixGuard
 from lifeboatcache_core.recovery import RecoveryProgress, recover
+from lifeboatcache_core.scratch import ThreadScratch
 from lifeboatcache_core.stats import OPS, LatencyHistogram, StoreOutcome, TierSample, TierStats, frozen
 from lifeboatcache_core.threads import name_os_thread, start_background_thread
 
@@ -89,6 +91,9 @@ class Tier:
         self.codec: Codec = registry.load("codec", cfg.codec)(cfg.codec_config)
         #: the layout of the last block this tier encoded: what a dtype-aware codec saw (metrics)
         self.codec_layout: KVLayout | None = None
+        #: each thread's buffer that codecs encode into (``Codec.encode_into``): a store hands the
+        #: payload to the backend before its thread encodes again, so one buffer per thread serves
+        self._encode_out = ThreadScratch()
         self.policy: EvictionPolicy = registry.load("policy", cfg.policy)(cfg.policy_config, seed=seed)
         self.backend: Backend | None = None
         # Reads and writes have pools of their own: an engine waits for a load (its request
@@ -464,36 +469,58 @@ class Tier:
         if victims is None:
             return StoreOutcome.DECLINED
         self._drop(victims)
-        try:
-            pieces, params = codec.encode(raw, layout)
+        # The codec's payload is settled against the reservation, made into a block and signed
+        # by ``finish``: after a whole encode here, or inside ``put_stream`` once a streaming
+        # encoder (whose settled bytes the backend writes as they are coded) is done.
+        settled: list[int] = []  # [bytes reserved now, payload bytes] once finish ran
+
+        def finish(pieces: Sequence[Buffer], params: dict[str, Any]) -> BlockMeta | None:
             self.codec_layout = layout
-        except Exception as exc:
-            log.warning("tier %s: codec %s failed to encode: %s", self.name, codec.tag, exc)
-            with self.lock:
-                self.reserved -= estimate
-                self._space.notify_all()
-                self.stats.errors += 1
-            return StoreOutcome.FAILED
-        payload_len = sum(memoryview(p).nbytes for p in pieces)
-        reserved = self._settle_reservation(key, estimate, payload_len + BLOCK_OVERHEAD, backend, depth, evictable)
-        if reserved is None:
-            return StoreOutcome.DECLINED
-        estimate = reserved
-        meta = BlockMeta.new(key, raw.nbytes, codec=codec.tag, codec_params=params,
-                             tag=hint.tag if hint else None)
-        if layout is not None:
-            meta.dtype, meta.shape, meta.axes = layout.dtype, list(layout.shape), list(layout.axes)
-        if self.signer is not None:
-            meta.mac = self.signer.sign(meta, pieces)
+            payload_len = sum(memoryview(p).nbytes for p in pieces)
+            reserved = self._settle_reservation(key, estimate, payload_len + BLOCK_OVERHEAD, backend, depth,
+                                                evictable)
+            if reserved is None:  # the reservation is given back
+                return None
+            settled[:] = [reserved, payload_len]
+            meta = BlockMeta.new(key, raw.nbytes, codec=codec.tag, codec_params=params,
+                                 tag=hint.tag if hint else None)
+            if layout is not None:
+                meta.dtype, meta.shape, meta.axes = layout.dtype, list(layout.shape), list(layout.axes)
+            if self.signer is not None:
+                meta.mac = self.signer.sign(meta, pieces)
+            return meta
+
+        encoder = None
         try:
-            stored = backend.put(key, pieces, meta)
+            if codec.identity:
+                pieces, params = codec.encode(raw, layout)
+            else:
+                out = memoryview(self._encode_out.get(raw.nbytes))[: raw.nbytes]
+                encoder = codec.stream_encoder(raw, layout, out)
+                if encoder is None:
+                    pieces, params = codec.encode_into(raw, layout, out)
+                else:
+                    encoder = _GuardedEncoder(encoder)
+        except Exception as exc:
+            return self._encode_failed(codec, exc, estimate)
+        try:
+            if encoder is not None:
+                stored = backend.put_stream(key, encoder, finish)
+            else:
+                meta = finish(pieces, params)
+                stored = None if meta is None else backend.put(key, pieces, meta)
+            if stored is None:
+                return StoreOutcome.DECLINED
             evicted = self._publish(key, raw.nbytes, stored, codec.tag, hint.tag if hint else None)
+        except _EncodeFailed as failed:
+            return self._encode_failed(codec, failed.__cause__, settled[0] if settled else estimate)
         except Exception as exc:
             with self.lock:
-                self.reserved -= estimate
+                self.reserved -= settled[0] if settled else estimate
                 self._space.notify_all()
             self._io_error(exc)
             return StoreOutcome.FAILED
+        estimate, payload_len = settled
         if evicted:  # by a shared store, fleet-wide: rows gone, blocks deleted now (no lock held)
             with self.lock:
                 dropped = [(victim, self._forget(victim, row_gone=True)) for victim in evicted]
@@ -525,6 +552,14 @@ class Tier:
         if compact:
             self._start_compaction()
         return StoreOutcome.STORED
+
+    def _encode_failed(self, codec: Codec, exc: BaseException | None, reserved: int) -> StoreOutcome:
+        log.warning("tier %s: codec %s failed to encode: %s", self.name, codec.tag, exc)
+        with self.lock:
+            self.reserved -= reserved
+            self._space.notify_all()
+            self.stats.errors += 1
+        return StoreOutcome.FAILED
 
     def _expected_payload(self, tag: str, raw_len: int) -> int:
         """Payload bytes a block of ``raw_len`` is expected to take under codec ``tag``: its
@@ -989,7 +1024,8 @@ class Tier:
         layout = layout_from_meta(meta)
         codec = self.codec
         try:
-            pieces, params = codec.encode(payload, layout)
+            out = memoryview(self._encode_out.get(payload.nbytes))[: payload.nbytes]
+            pieces, params = codec.encode_into(payload, layout, out)
         except Exception as exc:
             log.warning("tier %s: codec %s failed to encode: %s", self.name, codec.tag, exc)
             return
@@ -1206,3 +1242,45 @@ def _reason(exc: BaseException) -> str:
         where = f" ({exc.filename})" if exc.filename else ""
         return f"{exc.strerror}{where}"
     return str(exc) or type(exc).__name__
+
+
+class _EncodeFailed(Exception):
+    """A streaming encoder raised inside a backend's ``put_stream`` (the cause): a codec failure,
+    not an I/O error of the tier."""
+
+
+class _GuardedEncoder:
+    """A ``StreamEncoder`` whose failures reach the tier as ``_EncodeFailed``."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: StreamEncoder) -> None:
+        self._inner = inner
+
+    @property
+    def out(self) -> memoryview:
+        return self._inner.out
+
+    @property
+    def head_len(self) -> int:
+        return self._inner.head_len
+
+    @property
+    def finished(self) -> bool:
+        return self._inner.finished
+
+    @property
+    def length(self) -> int | None:
+        return self._inner.length
+
+    def step(self, stop: int) -> int:
+        try:
+            return self._inner.step(stop)
+        except Exception as exc:
+            raise _EncodeFailed() from exc
+
+    def result(self) -> tuple[Sequence[Buffer], dict[str, Any]]:
+        try:
+            return self._inner.result()
+        except Exception as exc:
+            raise _EncodeFailed() from exc

@@ -16,7 +16,8 @@ What differs from ``FileBackend`` and why:
 - ``op_timeout_s`` (off by default) bounds each operation on a ``hard`` mount, where the kernel
   itself never times out: operations run on helper threads and a late one is abandoned. Reads
   then land in a private buffer first (one copy), so an abandoned read can never write into a
-  caller's buffer after the caller was told "miss". Prefer ``soft,timeo=...`` mounts.
+  caller's buffer after the caller was told "miss", and writes take a copy of what they store.
+  Prefer ``soft,timeo=...`` mounts.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import xxhash
 from lifeboatcache_backend_file.backend import FileBackend, FileConfig
+from lifeboatcache_core.abc import Backend, StreamEncoder
 from lifeboatcache_core.chunkfile import BlockMeta, Buffer
 from lifeboatcache_core.config import default_cache_dir
 from lifeboatcache_core.errors import TierUnavailableError
@@ -116,7 +118,14 @@ class NFSBackend(FileBackend):
     # ------------------------------------------------------------------ operations
 
     def put(self, key: BlockKey, payload: Sequence[Buffer], meta: BlockMeta) -> int:
+        if self._ops is not None:  # an abandoned write must not read the pieces once they are lent back
+            payload = [bytes(p) for p in payload]
         return self._run(f"write {key.hex[:16]}", lambda: FileBackend.put(self, key, payload, meta))
+
+    def put_stream(self, key: BlockKey, encoder: StreamEncoder,
+                   finish: Callable[[Sequence[Buffer], dict[str, Any]], BlockMeta | None]) -> int | None:
+        """Coded whole, then ``put``: one bounded operation, as every operation here is."""
+        return Backend.put_stream(self, key, encoder, finish)
 
     def read(self, key: BlockKey, dest: memoryview | None = None) -> tuple[BlockMeta, memoryview]:
         if self._ops is None or dest is None:

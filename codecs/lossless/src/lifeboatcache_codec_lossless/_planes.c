@@ -306,37 +306,48 @@ static void join(const unsigned char *const *plane, size_t n, int width, unsigne
     }
 }
 
-/* Encode src into out (capacity cap); returns bytes written, 0 when it would not fit. */
-static size_t encode_block(const unsigned char *src, size_t raw, int width, size_t chunk, double keep,
-                           unsigned char *out, size_t cap, int *nomem) {
+/* Encode the chunks of src into out (capacity cap) from the cursor on (*next: the next chunk to
+ * code, *pos: where its pieces go; both 0 before the first call) until every chunk is coded or
+ * *pos has reached stop; the cursor is moved past what was coded. The piece table at the front
+ * of out is filled in as chunks are coded, so bytes before the first piece (HEADER + 4 bytes
+ * per plane chunk) change until the last call; bytes after it are final once coded. Returns 0,
+ * or 1 when the payload would not fit in cap (*pos is then 0); *nomem set when out of memory. */
+static int encode_chunks(const unsigned char *src, size_t raw, int width, size_t chunk, double keep,
+                         unsigned char *out, size_t cap, size_t stop, size_t *next, size_t *pos_io, int *nomem) {
     size_t n = raw / (size_t)width, nchunks = (n + chunk - 1) / chunk;
-    size_t table = HEADER + 4 * nchunks * (size_t)width, pos = table, c;
+    size_t table = HEADER + 4 * nchunks * (size_t)width, pos = *pos_io, c = *next, k;
     unsigned char *planes = NULL;
     void *wksp = NULL;
     HUF_CElt *ctable = NULL;
-    int b, flags = huf_flags() | HUF_flags_suspectUncompressible;
+    int b, flags = huf_flags() | HUF_flags_suspectUncompressible, full = 0;
     /* chunks in a row each plane was stored raw: such a plane (the mantissa bytes of bf16) is
-     * tried again only every RETRY-th chunk, which saves the histogram pass over it */
+     * tried again only every RETRY-th chunk, which saves the histogram pass over it. Read back
+     * from the table, so a resumed call codes exactly what one call would. */
     unsigned raw_run[4] = {0, 0, 0, 0};
 
-    if (table > cap) return 0;
+    if (table > cap) { *pos_io = 0; return 1; }
+    if (c == 0) {
+        pos = table;
+        out[0] = FORMAT;
+        out[1] = (unsigned char)width;
+        out[2] = out[3] = 0;
+        put32(out + 4, (uint32_t)chunk);
+        {
+            uint64_t r = raw;
+            memcpy(out + 8, &r, 8);
+        }
+    }
+    for (b = 0; b < width; b++)
+        for (k = c; k > 0 && (get32(out + HEADER + 4 * ((k - 1) * (size_t)width + (size_t)b)) & 3u) == METHOD_RAW; k--)
+            raw_run[b]++;
     planes = malloc(chunk * (size_t)width);
     wksp = malloc(HUF_WORKSPACE_SIZE);
     ctable = malloc(HUF_CTABLE_SIZE(255));
     if (planes == NULL || wksp == NULL || ctable == NULL) {
         *nomem = 1;
-        pos = 0;
         goto done;
     }
-    out[0] = FORMAT;
-    out[1] = (unsigned char)width;
-    out[2] = out[3] = 0;
-    put32(out + 4, (uint32_t)chunk);
-    {
-        uint64_t r = raw;
-        memcpy(out + 8, &r, 8);
-    }
-    for (c = 0; c < nchunks; c++) {
+    for (; c < nchunks && pos < stop; c++) {
         size_t m = (c + 1 < nchunks) ? chunk : n - c * chunk;
         split(src + c * chunk * (size_t)width, m, width, planes, chunk);
         for (b = 0; b < width; b++) {
@@ -356,7 +367,7 @@ static size_t encode_block(const unsigned char *src, size_t raw, int width, size
             } else if (got > 1) {
                 method = METHOD_HUF;
             } else {
-                if (m > room) { pos = 0; goto done; }
+                if (m > room) { full = 1; pos = 0; goto done; }
                 memcpy(out + pos, plane, m);
                 got = m;
             }
@@ -366,9 +377,19 @@ static size_t encode_block(const unsigned char *src, size_t raw, int width, size
         }
     }
 done:
+    *next = c;
+    *pos_io = pos;
     free(planes);
     free(wksp);
     free(ctable);
+    return full;
+}
+
+/* Encode src into out (capacity cap) in one call; returns bytes written, 0 when it would not fit. */
+static size_t encode_block(const unsigned char *src, size_t raw, int width, size_t chunk, double keep,
+                           unsigned char *out, size_t cap, int *nomem) {
+    size_t next = 0, pos = 0;
+    if (encode_chunks(src, raw, width, chunk, keep, out, cap, SIZE_MAX, &next, &pos, nomem) || *nomem) return 0;
     return pos;
 }
 
@@ -471,36 +492,134 @@ PyDoc_STRVAR(encode_doc,
 "chunks of ``chunk`` elements; a plane chunk is kept compressed only when at most ``keep`` of\n"
 "its size. None when the payload would not be smaller than ``raw``.");
 
+/* Parse encode's arguments; 0, or -1 with an exception set (src released). */
+static int encode_args(Py_buffer *src, int width, Py_ssize_t chunk, double keep) {
+    if ((width != 1 && width != 2 && width != 4) || src->len % width || chunk <= 0
+        || chunk > HUF_BLOCKSIZE_MAX || keep <= 0.0 || keep > 1.0) {
+        PyBuffer_Release(src);
+        PyErr_SetString(PyExc_ValueError, "encode: width must be 1, 2 or 4 and divide the length; "
+                                          "0 < chunk <= 131072; 0 < keep <= 1");
+        return -1;
+    }
+    return 0;
+}
+
+/* encode_block without the GIL into out (at most cap bytes); the payload's length, 0 when it
+ * would not be smaller than src, or -1 with MemoryError set. */
+static Py_ssize_t run_encode(Py_buffer *src, int width, Py_ssize_t chunk, double keep, unsigned char *out,
+                             size_t cap) {
+    size_t got;
+    int nomem = 0;
+    if (cap > (size_t)src->len) cap = (size_t)src->len;  /* a payload that does not beat raw is useless */
+    Py_BEGIN_ALLOW_THREADS
+    got = encode_block(src->buf, (size_t)src->len, width, (size_t)chunk, keep, out, cap, &nomem);
+    Py_END_ALLOW_THREADS
+    if (nomem) { PyErr_NoMemory(); return -1; }
+    return (got == 0 || got >= (size_t)src->len) ? 0 : (Py_ssize_t)got;
+}
+
 static PyObject *py_encode(PyObject *self, PyObject *args) {
     Py_buffer src;
     int width;
-    Py_ssize_t chunk;
+    Py_ssize_t chunk, got;
     double keep;
     PyObject *out;
-    size_t cap, got;
-    int nomem = 0;
     (void)self;
 
     if (!PyArg_ParseTuple(args, "y*ind", &src, &width, &chunk, &keep)) return NULL;
-    if ((width != 1 && width != 2 && width != 4) || src.len % width || chunk <= 0
-        || chunk > HUF_BLOCKSIZE_MAX || keep <= 0.0 || keep > 1.0) {
+    if (encode_args(&src, width, chunk, keep) < 0) return NULL;
+    out = PyBytes_FromStringAndSize(NULL, src.len);
+    if (out == NULL) { PyBuffer_Release(&src); return NULL; }
+    got = run_encode(&src, width, chunk, keep, (unsigned char *)PyBytes_AS_STRING(out), (size_t)src.len);
+    PyBuffer_Release(&src);
+    if (got <= 0) {
+        Py_DECREF(out);
+        if (got < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    if (_PyBytes_Resize(&out, got) < 0) return NULL;
+    return out;
+}
+
+PyDoc_STRVAR(encode_into_doc,
+"encode_into(raw, width, chunk, keep, out) -> int\n\n"
+"``encode`` into the writable buffer ``out`` instead of new bytes: the payload's length, 0 when\n"
+"the payload would not be smaller than ``raw`` or does not fit in ``out`` (``out`` then holds\n"
+"garbage). A caller that reuses ``out`` saves the allocation and its page faults per block.");
+
+static PyObject *py_encode_into(PyObject *self, PyObject *args) {
+    Py_buffer src, out;
+    int width;
+    Py_ssize_t chunk, got;
+    double keep;
+    (void)self;
+
+    if (!PyArg_ParseTuple(args, "y*indw*", &src, &width, &chunk, &keep, &out)) return NULL;
+    if (encode_args(&src, width, chunk, keep) < 0) { PyBuffer_Release(&out); return NULL; }
+    got = run_encode(&src, width, chunk, keep, out.buf, (size_t)out.len);
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&out);
+    return got < 0 ? NULL : PyLong_FromSsize_t(got);
+}
+
+PyDoc_STRVAR(encode_step_doc,
+"encode_step(raw, width, chunk, keep, out, next, pos, stop) -> (next, pos)\n\n"
+"``encode_into`` in steps: codes chunks from the cursor (``next``, ``pos``; both 0 at first) until\n"
+"all are coded or the payload has ``stop`` bytes, and returns the moved cursor. The payload is\n"
+"done when ``next`` is the chunk count (``table_len`` tells both). ``pos`` 0: it would not be\n"
+"smaller than ``raw`` or not fit in ``out``. Bytes from ``table_len`` on are final once coded,\n"
+"so a writer can store them while later chunks are coded; the table before them is not.");
+
+static PyObject *py_encode_step(PyObject *self, PyObject *args) {
+    Py_buffer src, out;
+    int width, full, nomem = 0;
+    Py_ssize_t chunk, next, pos, stop;
+    double keep;
+    size_t c, p, cap, nchunks;
+    (void)self;
+
+    if (!PyArg_ParseTuple(args, "y*indw*nnn", &src, &width, &chunk, &keep, &out, &next, &pos, &stop)) return NULL;
+    if (encode_args(&src, width, chunk, keep) < 0) { PyBuffer_Release(&out); return NULL; }
+    nchunks = ((size_t)src.len / (size_t)width + (size_t)chunk - 1) / (size_t)chunk;
+    if (next < 0 || (size_t)next > nchunks || pos < 0 || pos > out.len || (next > 0 && pos == 0) || stop < 0) {
         PyBuffer_Release(&src);
-        PyErr_SetString(PyExc_ValueError, "encode: width must be 1, 2 or 4 and divide the length; "
-                                          "0 < chunk <= 131072; 0 < keep <= 1");
+        PyBuffer_Release(&out);
+        PyErr_SetString(PyExc_ValueError, "encode_step: cursor out of range");
         return NULL;
     }
-    cap = (size_t)src.len;  /* a payload that does not beat raw is useless */
-    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cap);
-    if (out == NULL) { PyBuffer_Release(&src); return NULL; }
-    Py_BEGIN_ALLOW_THREADS
-    got = encode_block(src.buf, (size_t)src.len, width, (size_t)chunk, keep,
-                       (unsigned char *)PyBytes_AS_STRING(out), cap, &nomem);
-    Py_END_ALLOW_THREADS
+    c = (size_t)next;
+    p = (size_t)pos;
+    cap = (size_t)out.len < (size_t)src.len ? (size_t)out.len : (size_t)src.len;
+    if (c < nchunks) {
+        Py_BEGIN_ALLOW_THREADS
+        full = encode_chunks(src.buf, (size_t)src.len, width, (size_t)chunk, keep, out.buf, cap, (size_t)stop, &c,
+                             &p, &nomem);
+        Py_END_ALLOW_THREADS
+        if (full || (c == nchunks && p >= (size_t)src.len)) p = 0;
+    }
     PyBuffer_Release(&src);
-    if (nomem) { Py_DECREF(out); return PyErr_NoMemory(); }
-    if (got == 0 || got >= cap) { Py_DECREF(out); Py_RETURN_NONE; }
-    if (_PyBytes_Resize(&out, (Py_ssize_t)got) < 0) return NULL;
-    return out;
+    PyBuffer_Release(&out);
+    if (nomem) return PyErr_NoMemory();
+    return Py_BuildValue("(nn)", (Py_ssize_t)c, (Py_ssize_t)p);
+}
+
+PyDoc_STRVAR(table_len_doc,
+"table_len(raw_bytes, width, chunk) -> (chunks, bytes)\n\n"
+"The chunk count of a format-2 payload of ``raw_bytes`` and the length of its head (header and\n"
+"piece table), which ``encode_step`` rewrites until its last call.");
+
+static PyObject *py_table_len(PyObject *self, PyObject *args) {
+    Py_ssize_t raw, chunk;
+    int width;
+    size_t nchunks;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "nin", &raw, &width, &chunk)) return NULL;
+    if (raw < 0 || (width != 1 && width != 2 && width != 4) || chunk <= 0) {
+        PyErr_SetString(PyExc_ValueError, "table_len: raw >= 0, width 1, 2 or 4, chunk > 0");
+        return NULL;
+    }
+    nchunks = ((size_t)raw / (size_t)width + (size_t)chunk - 1) / (size_t)chunk;
+    return Py_BuildValue("(nn)", (Py_ssize_t)nchunks, (Py_ssize_t)(HEADER + 4 * nchunks * (size_t)width));
 }
 
 /* decode_range without the GIL, both buffers released after; 0, or -1 with ValueError set. */
@@ -563,6 +682,9 @@ static PyObject *py_decode_prefix(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"encode", py_encode, METH_VARARGS, encode_doc},
+    {"encode_into", py_encode_into, METH_VARARGS, encode_into_doc},
+    {"encode_step", py_encode_step, METH_VARARGS, encode_step_doc},
+    {"table_len", py_table_len, METH_VARARGS, table_len_doc},
     {"decode", py_decode, METH_VARARGS, decode_doc},
     {"decode_prefix", py_decode_prefix, METH_VARARGS, decode_prefix_doc},
     {NULL, NULL, 0, NULL},

@@ -35,7 +35,7 @@ from typing import Any, Literal
 import lz4.block
 import numpy as np
 import zstandard
-from lifeboatcache_core.abc import Codec, KVLayout, PluginConfig, StreamDecoder
+from lifeboatcache_core.abc import Codec, KVLayout, PluginConfig, StreamDecoder, StreamEncoder
 from lifeboatcache_core.chunkfile import Buffer
 from lifeboatcache_core.errors import CorruptBlockError
 from pydantic import Field
@@ -148,13 +148,24 @@ class LosslessCodec(Codec):
     # ------------------------------------------------------------------ codec
 
     def encode(self, raw: memoryview, layout: KVLayout | None) -> tuple[Sequence[Buffer], dict[str, Any]]:
+        return self.encode_into(raw, layout, None)
+
+    def encode_into(self, raw: memoryview, layout: KVLayout | None,
+                    out: memoryview | None) -> tuple[Sequence[Buffer], dict[str, Any]]:
+        """Format 2 is coded straight into ``out`` when given (one view of it is the payload)."""
         raw = raw.cast("B") if raw.format != "B" or raw.ndim != 1 else raw
         width = ELEMENT_WIDTH.get(layout.dtype, 1) if layout is not None else 1
         if width > 1 and raw.nbytes % width:
             width = 1
         if self.options.compressor == "huff0" and layout is not None and layout.dtype in ELEMENT_WIDTH:
-            payload = _planes.encode(raw, width, chunk_elements(layout, raw.nbytes // width),
-                                     1.0 - self.options.min_gain) if raw.nbytes else None
+            payload: Buffer | None = None
+            if raw.nbytes:
+                args = (raw, width, chunk_elements(layout, raw.nbytes // width), 1.0 - self.options.min_gain)
+                if out is None:
+                    payload = _planes.encode(*args)
+                else:
+                    length = _planes.encode_into(*args, out)
+                    payload = out[:length] if length else None
             if payload is None:
                 return [raw], {"planes": 0}
             return [payload], {"format": 2}
@@ -164,6 +175,17 @@ class LosslessCodec(Codec):
             return [raw], {"planes": 0}
         params = {"planes": width, "methods": list(methods), "lengths": [memoryview(p).nbytes for p in pieces]}
         return list(pieces), params
+
+    def stream_encoder(self, raw: memoryview, layout: KVLayout | None, out: memoryview) -> StreamEncoder | None:
+        """Format 2 codes chunk by chunk into ``out`` (its piece table, at the front, is the head);
+        format 1 codes only whole."""
+        raw = raw.cast("B") if raw.format != "B" or raw.ndim != 1 else raw
+        width = ELEMENT_WIDTH.get(layout.dtype, 1) if layout is not None else 1
+        if (self.options.compressor != "huff0" or layout is None or layout.dtype not in ELEMENT_WIDTH
+                or not raw.nbytes or raw.nbytes % width):
+            return None
+        return _Format2Encoder(raw, width, chunk_elements(layout, raw.nbytes // width),
+                               1.0 - self.options.min_gain, out)
 
     def decode(self, payload: memoryview, params: dict[str, Any], layout: KVLayout | None,
                dest: memoryview) -> None:
@@ -210,6 +232,36 @@ class LosslessCodec(Codec):
         if params.get("format") != 2 or len(params) != 1:
             return None
         return _Format2Stream(dest, payload_len)
+
+
+class _Format2Encoder:
+    """A format-2 payload coded into ``out`` a few chunks per ``step`` (``StreamEncoder``), from a
+    (chunk, offset) cursor kept here."""
+
+    __slots__ = ("_chunk", "_chunks", "_keep", "_next", "_pos", "_raw", "_width", "finished", "head_len",
+                 "length", "out")
+
+    def __init__(self, raw: memoryview, width: int, chunk: int, keep: float, out: memoryview) -> None:
+        self._raw, self._width, self._chunk, self._keep, self.out = raw, width, chunk, keep, out
+        self._chunks, self.head_len = _planes.table_len(raw.nbytes, width, chunk)
+        self._next = self._pos = 0
+        self.finished = False
+        self.length: int | None = None
+
+    def step(self, stop: int) -> int:
+        if self.finished:
+            return self.length or 0
+        self._next, self._pos = _planes.encode_step(self._raw, self._width, self._chunk, self._keep, self.out,
+                                                    self._next, self._pos, stop)
+        if self._pos == 0 or self._next == self._chunks:  # 0: coding does not pay, the block goes raw
+            self.finished = True
+            self.length = self._pos or None
+        return self._pos
+
+    def result(self) -> tuple[Sequence[Buffer], dict[str, Any]]:
+        if self.length is None:
+            return [self._raw], {"planes": 0}
+        return [self.out[: self.length]], {"format": 2}
 
 
 class _Format2Stream:

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import random
 import threading
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from lifeboatcache_core.abc import Backend, Codec, EvictionPolicy, KVLayout, ManifestStore
-from lifeboatcache_core.chunkfile import TRAILER_LEN, BlockMeta, build_header
+from lifeboatcache_core.chunkfile import TRAILER_LEN, BlockMeta, Buffer, build_header
 from lifeboatcache_core.errors import CorruptBlockError
 from lifeboatcache_core.keys import BlockKey
+from lifeboatcache_core.testing.streams import SteppedPayload
 
 
 def key(i: int, namespace: str = "contract") -> BlockKey:
@@ -89,6 +92,42 @@ class BackendContract:
         _, payload = backend.read(key(2), dest)
         assert bytes(payload) == data
         assert bytes(dest) == data, "a dest of the payload's size must receive the payload"
+
+    @pytest.mark.parametrize("size,head_len", [(1, 0), (4095, 16), (4096, 528), (4097, 4096),
+                                               (3 * 2**20 + 5, 528), (2**20, 9000)])
+    def test_put_stream_stores_what_the_encoder_coded(self, backend: Backend, size: int, head_len: int) -> None:
+        """The head (written by the encoder's last step) and every byte after it arrive whole."""
+        k = key(20 + size % 97)
+        data = os.urandom(size)
+        out = memoryview(mmap.mmap(-1, size))
+        encoder = SteppedPayload(data, out, head_len=head_len)
+        seen: list[bytes] = []
+
+        def finish(pieces: Sequence[Buffer], params: dict[str, Any]) -> BlockMeta:
+            seen.append(b"".join(bytes(p) for p in pieces))
+            return meta_for(k, size)
+
+        assert backend.put_stream(k, encoder, finish) is not None
+        assert seen == [data] and encoder.finished
+        assert bytes(backend.read(k)[1]) == data
+
+    def test_put_stream_stores_nothing_when_finish_declines(self, backend: Backend) -> None:
+        k = key(30)
+        data = os.urandom(2**20 + 3)
+        encoder = SteppedPayload(data, memoryview(mmap.mmap(-1, len(data))), head_len=100)
+        assert backend.put_stream(k, encoder, lambda pieces, params: None) is None
+        assert not backend.exists(k)
+        assert [kk for kk, _ in backend.scan() if kk == k] == []
+
+    def test_put_stream_stores_the_pieces_an_encoder_falls_back_to(self, backend: Backend) -> None:
+        """An encoder whose coding did not pay names other pieces (the raw bytes): those are stored."""
+        k = key(31)
+        raw = os.urandom(2**20 + 77)
+        encoder = SteppedPayload(os.urandom(2**20), memoryview(mmap.mmap(-1, 2**20)), head_len=64,
+                                 fallback=[raw[:1000], raw[1000:]])
+        assert backend.put_stream(k, encoder, lambda pieces, params: meta_for(k, len(raw))) is not None
+        assert encoder.length is None
+        assert bytes(backend.read(k)[1]) == raw
 
     def test_multi_piece_payload(self, backend: Backend) -> None:
         pieces = [os.urandom(100), b"", os.urandom(5000), bytearray(os.urandom(7))]
@@ -582,6 +621,34 @@ class CodecContract:
         payload = b"".join(bytes(p) for p in pieces)
         with pytest.raises(CorruptBlockError):
             codec.decode(memoryview(payload), params, layout, memoryview(bytearray(len(raw) + 2)))
+
+    def test_encode_into_and_stream_encoder_code_what_encode_does(self, codec: Codec) -> None:
+        """Into a caller's buffer, whole or in steps of any size, the payload and params are
+        ``encode``'s (a codec may ignore ``out``, or offer no stream encoder)."""
+        for layout in self.layouts:
+            raw = random_kv(layout, 13)
+            pieces, params = codec.encode(memoryview(raw), layout)
+            payload = b"".join(bytes(p) for p in pieces)
+            out = memoryview(mmap.mmap(-1, len(raw)))
+            into, into_params = codec.encode_into(memoryview(raw), layout, out)
+            assert (b"".join(bytes(p) for p in into), into_params) == (payload, params)
+            for stop in (1, 4096, len(payload) // 3 + 1, len(raw) * 2):
+                out = memoryview(mmap.mmap(-1, len(raw)))
+                encoder = codec.stream_encoder(memoryview(raw), layout, out)
+                if encoder is None:
+                    break
+                coded = 0
+                for _ in range(len(raw) + 2):
+                    if encoder.finished:
+                        break
+                    now = encoder.step(coded + stop)
+                    assert now >= coded or encoder.finished, "a step took bytes back"
+                    coded = now
+                assert encoder.finished, "steps never finished the payload"
+                stepped, stepped_params = encoder.result()
+                assert (b"".join(bytes(p) for p in stepped), stepped_params) == (payload, params), (
+                    f"{layout.dtype}: coded in steps of {stop} it is another payload")
+                assert (encoder.length is not None) == (bytes(out[: len(payload)]) == payload)
 
     def _stream_decode(self, codec: Codec, payload: bytes, params: dict, layout: KVLayout, dest: memoryview,
                        cuts: list[int]) -> bool:
