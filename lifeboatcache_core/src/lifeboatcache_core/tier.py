@@ -1250,28 +1250,16 @@ class _EncodeFailed(Exception):
 
 
 class _GuardedEncoder:
-    """A ``StreamEncoder`` whose failures reach the tier as ``_EncodeFailed``."""
+    """A ``StreamEncoder`` whose failures reach the tier as ``_EncodeFailed``; its other
+    attributes (``out``, ``head_len``, ``finished``, ``length``) are the wrapped encoder's."""
 
     __slots__ = ("_inner",)
 
     def __init__(self, inner: StreamEncoder) -> None:
         self._inner = inner
 
-    @property
-    def out(self) -> memoryview:
-        return self._inner.out
-
-    @property
-    def head_len(self) -> int:
-        return self._inner.head_len
-
-    @property
-    def finished(self) -> bool:
-        return self._inner.finished
-
-    @property
-    def length(self) -> int | None:
-        return self._inner.length
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
     def step(self, stop: int) -> int:
         try:
