@@ -242,6 +242,24 @@ def test_file_direct_put_stream_writes_coded_pages_before_the_payload_is_whole(t
     assert bytes(b.read(k)[1]) == data
 
 
+@pytest.mark.parametrize("o_direct", [True, False])
+def test_file_put_stream_declined_by_finish_leaves_no_file(tmp_path: Path, o_direct: bool) -> None:
+    """A store its tier declines once the payload is whole (no room for it) leaves neither the
+    block nor its ``.partial``, though pages of it were written already."""
+    import mmap
+
+    from lifeboatcache_backend_file.backend import STREAM_WRITE
+    from lifeboatcache_core.testing.streams import SteppedPayload
+
+    b = file_backend(tmp_path, o_direct=o_direct)
+    k = BlockKey("ns", bytes(range(2, 34)))
+    data = os.urandom(3 * STREAM_WRITE)
+    encoder = SteppedPayload(data, memoryview(mmap.mmap(-1, len(data))), head_len=528)
+    assert b.put_stream(k, encoder, lambda pieces, params: None) is None
+    assert not b.exists(k)
+    assert [p.name for p in (tmp_path / "tier").rglob("*") if p.is_file() and p.name != ".layout"] == []
+
+
 def test_file_direct_put_stream_rewrites_a_block_whose_header_outgrows_a_page(tmp_path: Path) -> None:
     import mmap
 
