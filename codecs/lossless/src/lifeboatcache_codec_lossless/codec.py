@@ -154,21 +154,22 @@ class LosslessCodec(Codec):
                     out: memoryview | None) -> tuple[Sequence[Buffer], dict[str, Any]]:
         """Format 2 is coded straight into ``out`` when given (one view of it is the payload)."""
         raw = raw.cast("B") if raw.format != "B" or raw.ndim != 1 else raw
-        width = ELEMENT_WIDTH.get(layout.dtype, 1) if layout is not None else 1
-        if width > 1 and raw.nbytes % width:
-            width = 1
-        if self.options.compressor == "huff0" and layout is not None and layout.dtype in ELEMENT_WIDTH:
-            payload: Buffer | None = None
-            if raw.nbytes:
-                args = (raw, width, chunk_elements(layout, raw.nbytes // width), 1.0 - self.options.min_gain)
-                if out is None:
-                    payload = _planes.encode(*args)
-                else:
-                    length = _planes.encode_into(*args, out)
-                    payload = out[:length] if length else None
+        if not raw.nbytes:
+            return [raw], {"planes": 0}
+        format2 = self._format2_args(raw, layout)
+        if format2 is not None:
+            payload: Buffer | None
+            if out is None:
+                payload = _planes.encode(*format2)
+            else:
+                length = _planes.encode_into(*format2, out)
+                payload = out[:length] if length else None
             if payload is None:
                 return [raw], {"planes": 0}
             return [payload], {"format": 2}
+        width = ELEMENT_WIDTH.get(layout.dtype, 1) if layout is not None else 1
+        if width > 1 and raw.nbytes % width:
+            width = 1
         planes: list[Buffer] = [raw] if width == 1 else _split(raw, width)
         methods, pieces = zip(*(self._compress(p) for p in planes), strict=True)
         if all(m == "raw" for m in methods):
@@ -180,12 +181,18 @@ class LosslessCodec(Codec):
         """Format 2 codes chunk by chunk into ``out`` (its piece table, at the front, is the head);
         format 1 codes only whole."""
         raw = raw.cast("B") if raw.format != "B" or raw.ndim != 1 else raw
-        width = ELEMENT_WIDTH.get(layout.dtype, 1) if layout is not None else 1
-        if (self.options.compressor != "huff0" or layout is None or layout.dtype not in ELEMENT_WIDTH
-                or not raw.nbytes or raw.nbytes % width):
+        format2 = self._format2_args(raw, layout) if raw.nbytes else None
+        return None if format2 is None else _Format2Encoder(*format2, out)
+
+    def _format2_args(self, raw: memoryview, layout: KVLayout | None) -> tuple[memoryview, int, int, float] | None:
+        """``_planes``' (raw, element width, chunk elements, keep) for a block coded in format 2;
+        None for format 1 (zstd or lz4 configured, no layout, a dtype not in ``ELEMENT_WIDTH``)."""
+        if self.options.compressor != "huff0" or layout is None or layout.dtype not in ELEMENT_WIDTH:
             return None
-        return _Format2Encoder(raw, width, chunk_elements(layout, raw.nbytes // width),
-                               1.0 - self.options.min_gain, out)
+        width = ELEMENT_WIDTH[layout.dtype]
+        if raw.nbytes % width:
+            width = 1
+        return raw, width, chunk_elements(layout, raw.nbytes // width), 1.0 - self.options.min_gain
 
     def decode(self, payload: memoryview, params: dict[str, Any], layout: KVLayout | None,
                dest: memoryview) -> None:
