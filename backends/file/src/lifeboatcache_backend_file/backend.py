@@ -18,7 +18,9 @@ a missing or empty marker (a power cut right after a tier was made) is read off 
 
 Writes go to a same-directory ``.partial`` then ``os.replace`` (atomic on POSIX), so a
 reader sees a whole block or nothing. Reads go with ``preadv`` straight into the caller's
-buffer; with ``o_direct`` every transfer is 4 KiB aligned through a per-thread scratch map.
+buffer; with ``o_direct`` every transfer is 4 KiB aligned through a per-thread scratch map, and a
+block whose codec codes in steps (``put_stream``) is written a MiB at a time as it is coded, its
+header page last.
 
 Every system call releases and retakes the GIL, and inside an engine whose scheduler loop
 holds it, each retake waits up to the switch interval (5 ms). So a buffered read of a block
