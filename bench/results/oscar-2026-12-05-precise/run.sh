@@ -6,22 +6,8 @@
 set -u
 cd /work/main
 D=${1:-bench/results/oscar-2026-12-05-precise}  # a later round: a subfolder
-mkdir -p $D
-PYD=$(.venv/bin/python -c "import argparse, os; print(os.path.dirname(argparse.__file__))")
-L=/usr/share/common-licenses
-log() { echo "$1 $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg) $2 commit $(git rev-parse --short HEAD)+wt" >> $D/runlog.txt; }
-log start rank
-.venv/bin/python -m lifeboatcache bench codecs --rank-oscar-layers --calibrate-on $L/GPL-3 --calibrate-on $PYD/argparse.py \
-  > $D/rank.json 2> $D/rank.stderr
-log end "rank rc=$?"
-OPTS=$(python3 -c "import json; print(json.dumps(json.load(open('$D/rank.json'))['codec_options']))")
+source bench/results/oscar-2026-12-05-precise/lib.sh
+rank $L/GPL-3 $PYD/argparse.py
 for text in $L/MPL-2.0 $PYD/subprocess.py $PYD/typing.py $L/GPL-3 $PYD/argparse.py; do
-  name=$(basename $text)
-  for variant in plain precise; do
-    [ $variant = plain ] && O='{}' || O=$OPTS
-    log start "$name $variant $O"
-    .venv/bin/python -m lifeboatcache bench codecs --codecs oscar --reference '' --repeats 1 --text $text \
-      --oscar-options "$O" --json > $D/$name-$variant.json 2> $D/$name-$variant.stderr
-    log end "$name $variant rc=$?"
-  done
+  for variant in plain precise; do judge "$(basename $text)" $text $variant; done
 done
