@@ -186,6 +186,34 @@ def test_a_get_reads_each_slice_of_a_tier_in_one_bulk_call(tmp_path: Path, monke
         assert sorted(calls) == [5, 5], f"one bulk call per slice of the get (io_threads = 2), got {calls}"
 
 
+@pytest.mark.parametrize("codec", ["none", "lossless"])
+def test_a_dram_tier_reads_and_writes_a_jobs_uncoded_blocks_as_one_task(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       codec: str) -> None:
+    """A DRAM read or write is a memory copy under the GIL: slices on several threads cannot
+    overlap, they only add hand-offs (``Backend.parallel_io``). A codec's C code can, so a coding
+    DRAM tier still splits its jobs over its threads, as a file tier always does."""
+    dram = {"name": "dram", "backend": "dram", "capacity_gb": 0.01, "io_threads": 4, "codec": codec}
+    with open_cache(tmp_path, dram, file_tier(tmp_path / "t", io_threads=4)) as cache:
+        tasks: dict[str, int] = {}
+        for tier in cache.all_tiers:
+            for pool in (tier.read_pool, tier.write_pool):
+                def counted(*args: Any, real: Any = pool.submit, name: str = tier.name) -> Any:
+                    tasks[name] = tasks.get(name, 0) + 1
+                    return real(*args)
+
+                monkeypatch.setattr(pool, "submit", counted)
+        ks, data = keys(12), blobs(12, 20_000)
+        assert cache.put(ks, data) == [True] * 12
+        stored = dict(tasks)
+        tasks.clear()
+        bufs = [bytearray(20_000) for _ in ks]
+        assert cache.get(ks, bufs) == [True] * 12  # all from the DRAM tier
+        assert [bytes(b) for b in bufs] == data
+    assert stored == {"dram": 1 if codec == "none" else 4, "nvme": 4}
+    assert tasks == {"dram": 1 if codec == "none" else 4}
+
+
 def test_a_block_a_bulk_read_misses_is_read_from_the_tier_below(tmp_path: Path) -> None:
     top = file_tier(tmp_path / "top")  # write-through (the default): the tier below holds every block too
     below = {**file_tier(tmp_path / "below"), "name": "below"}

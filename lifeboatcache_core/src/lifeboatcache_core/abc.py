@@ -100,6 +100,11 @@ class Backend(ABC):
 
     #: survives a process restart (the fallback rule in DESIGN §6 counts these)
     persistent: ClassVar[bool] = True
+    #: blocks read or written on several threads at once move faster than on one: a store that
+    #: waits (a disk, a network). False where a read or write is a memory copy under the GIL
+    #: (the DRAM tier): the cache then runs a job's uncoded blocks here as one task, since
+    #: splitting them buys no overlap, only thread hand-offs and a heavier latency tail
+    parallel_io: ClassVar[bool] = True
     config_model: ClassVar[type[PluginConfig]] = PluginConfig
 
     def __init__(self, config: PluginConfig, *, tier: str) -> None:

@@ -266,14 +266,14 @@ class TieredCache:
         self._task_done(job)
 
     def _spread(self, job: _Job, tier: Tier, indices: list[int], work: Any, *, serial: bool = False) -> None:
-        """Run ``work(tier, slice)`` over ``indices`` in up to ``io_threads`` slices (one if ``serial``).
+        """Run ``work(tier, slice)`` over ``indices`` in ``tier.job_slices`` slices (one if ``serial``).
 
         Gets run on the tier's read pool, puts on its write pool: a load never waits behind stores.
         """
         if not indices:
             return
         pool = tier.read_pool if job.kind == "get" else tier.write_pool
-        n = 1 if serial else min(len(indices), tier.io_threads)
+        n = 1 if serial else tier.job_slices(len(indices))
         slices = [indices[i::n] for i in range(n)]
         self._add_tasks(job, len(slices))
         for part in slices:

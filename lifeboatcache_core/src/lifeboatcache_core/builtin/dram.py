@@ -16,6 +16,7 @@ class DramConfig(PluginConfig):
 
 class DramBackend(Backend):
     persistent = False
+    parallel_io = False  # a dict lookup and a memcpy, under the GIL
     config_model = DramConfig
 
     def __init__(self, config: PluginConfig | None = None, *, tier: str = "dram") -> None:
