@@ -22,7 +22,8 @@ Rules it keeps:
   A staged copy is taken back only while a lower tier still holds the block,
   asked on the write pool just before the discard (``_take_back_now``).
 - **Never in the engine's way.** Sessions are learned in ``observe_put`` / ``observe_get``,
-  which do dictionary work under a lock that is never held across I/O or a tier's lock. All
+  which do dictionary work under a lock that is never held across I/O or a tier's lock, and
+  wake the stager only once a get's read is done (``observe_read_done``), never beside it. All
   reads and writes run on the tiers' own I/O pools, on at most ``thread_share`` of a source
   tier's ``io_threads`` (at least one) and at ``rate_bytes_s`` on average, so the engine's loads
   from a tier with two or more I/O threads always find a free one.
@@ -311,15 +312,16 @@ class Stager:
                     late += 1
         if used or late:
             self._count(staged_used_bytes=used, staged_late_arrivals=late)
-        if arrived:
-            self._wake.set()  # their plans ended: room a later session was refused may be free
-        return True
+        return True  # the room ended plans free is for ``observe_read_done`` to announce, after the read
 
     def observe_read_done(self, keys: Sequence[BlockKey]) -> None:
         """The get that ``observe_get`` protected ``keys`` for is done: they may be victims again.
 
         Room a staging store was refused for may be free now (``_room`` moves on: refused
-        blocks are tried again).
+        blocks are tried again), also the room of plans the get's arrival ended. Only then, and
+        only if a plan has refused blocks, is the stager woken: a pass woken at the lookup ran
+        beside the read and took the GIL from it (bench staging: 104 of 108 loads, 44 against
+        23 us per block).
         """
         with self._lock:
             for key in keys:
@@ -329,7 +331,9 @@ class Stager:
                 else:
                     self._being_read.pop(key, None)
             self._room += 1
-        self._wake.set()
+            refused = any(plan.refused for plan in self._plans.values())
+        if refused:
+            self._wake.set()
 
     # ------------------------------------------------------------------ hints
 
