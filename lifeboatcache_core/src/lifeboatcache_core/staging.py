@@ -142,6 +142,9 @@ class _Plan:
     #: ``retries`` more rounds, each wait twice the last; a change of room resets it
     retry_at: float = float("inf")
     retries: int = 0
+    #: bytes of ``order[i:]`` as the stager knew them when it planned (``tail[len(order)]`` is 0):
+    #: what is left from the cursor, read per block handed out instead of summed over the plan
+    tail: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.wanted = frozenset(self.order)
@@ -480,15 +483,15 @@ class Stager:
         return 0.0
 
     def _next_block(self, tiers: list[StagingTier], now: float) -> tuple[Any, ...] | None:
-        """The next block worth staging now, earliest expected session first (caller holds ``_lock``)."""
+        """The next block worth staging now, earliest expected session first (caller holds ``_lock``,
+        which the engine-facing ``observe_*`` calls take too: no pass over a plan's blocks here)."""
+        block_s = max(self._block_s.values(), default=0.0)  # the slowest source seen, per block
         for tag, plan in sorted(self._plans.items(), key=lambda item: item[1].eta):
             session = self._sessions.get(tag)
             if session is None or plan.eta + self.grace_s < now:
                 continue
-            pending = plan.order[plan.cursor:]
-            need = sum(b.nbytes for k in pending if (b := self._block(k)) is not None)
-            block_s = max(self._block_s.values(), default=0.0)  # the slowest source seen, per block
-            if now < plan.eta - max(self.lead_s, 2.0 * need / self.rate_bytes_s, 2.0 * len(pending) * block_s):
+            need, left = plan.tail[plan.cursor], len(plan.order) - plan.cursor
+            if now < plan.eta - max(self.lead_s, 2.0 * need / self.rate_bytes_s, 2.0 * left * block_s):
                 continue
             if plan.refused and (plan.refused_at != self._room or time.monotonic() >= plan.retry_at):
                 if plan.refused_at == self._room and plan.retry_at < float("inf"):  # a timed round begins
@@ -807,10 +810,18 @@ class Stager:
                 chain.append(key)
                 key = block.hint.parent
             chain.reverse()
-            return _Plan(eta, hinted, chain)
+            return self._plan(eta, hinted, chain)
         order = sorted(session.blocks, key=lambda k: (session.blocks[k].hint.depth is None,
                                                       session.blocks[k].hint.depth or 0))
-        return _Plan(eta, hinted, order)
+        return self._plan(eta, hinted, order)
+
+    def _plan(self, eta: float, hinted: bool, order: list[BlockKey]) -> _Plan:
+        """A plan staging ``order`` for a return at ``eta``, with its blocks' bytes summed from each one on."""
+        tail = [0] * (len(order) + 1)
+        for i in range(len(order) - 1, -1, -1):
+            block = self._block(order[i])
+            tail[i] = tail[i + 1] + (block.nbytes if block is not None else 0)
+        return _Plan(eta, hinted, order, tail=tail)
 
 
 def _put_back(plan: _Plan, key: BlockKey, retry: bool) -> None:
