@@ -44,6 +44,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Protocol, runtime_checkable
 
 from lifeboatcache_core.abc import BlockHint, EvictionPolicy, KVLayout
@@ -803,25 +804,28 @@ class Stager:
         tip = session.blocks.get(session.tip) if session.tip is not None else None
         if tip is not None and (tip.hint.parent is not None or tip.hint.depth == 0):
             chain: list[BlockKey] = []
+            sizes: list[int] = []
             key: BlockKey | None = session.tip
             seen: set[BlockKey] = set()
             while key is not None and key not in seen and (block := self._block(key)) is not None:
                 seen.add(key)
                 chain.append(key)
+                sizes.append(block.nbytes)
                 key = block.hint.parent
             chain.reverse()
-            return self._plan(eta, hinted, chain)
+            sizes.reverse()
+            return _plan(eta, hinted, chain, sizes)
         order = sorted(session.blocks, key=lambda k: (session.blocks[k].hint.depth is None,
                                                       session.blocks[k].hint.depth or 0))
-        return self._plan(eta, hinted, order)
+        return _plan(eta, hinted, order, [session.blocks[k].nbytes for k in order])
 
-    def _plan(self, eta: float, hinted: bool, order: list[BlockKey]) -> _Plan:
-        """A plan staging ``order`` for a return at ``eta``, with its blocks' bytes summed from each one on."""
-        tail = [0] * (len(order) + 1)
-        for i in range(len(order) - 1, -1, -1):
-            block = self._block(order[i])
-            tail[i] = tail[i + 1] + (block.nbytes if block is not None else 0)
-        return _Plan(eta, hinted, order, tail=tail)
+
+def _plan(eta: float, hinted: bool, order: list[BlockKey], sizes: list[int]) -> _Plan:
+    """A plan staging ``order`` (blocks of ``sizes`` bytes) for a return at ``eta``, with the bytes
+    from each block on summed once (``_Plan.tail``)."""
+    tail = list(accumulate(reversed(sizes), initial=0))
+    tail.reverse()
+    return _Plan(eta, hinted, order, tail=tail)
 
 
 def _put_back(plan: _Plan, key: BlockKey, retry: bool) -> None:
