@@ -104,6 +104,16 @@ def test_lru_evicts_least_recently_used() -> None:
     assert p.victim() == keys[1]
 
 
+def test_lru_offers_its_order_ahead_and_moves_an_expected_block_last() -> None:
+    p = LRUPolicy()
+    keys = [BlockKey("n", bytes([i]) * 4) for i in range(4)]
+    for k in keys:
+        p.insert(k, 1)
+    assert p.victims(None, 3) == keys[:3]
+    p.expect(keys[0])  # a stager expects it back soon: it leaves after the others
+    assert p.victims(None, 4) == [*keys[1:], keys[0]]
+
+
 def test_file_layout_is_sharded(tmp_path: Path) -> None:
     b = file_backend(tmp_path)
     k = BlockKey("ns", bytes.fromhex("abcdef") + os.urandom(29))

@@ -497,6 +497,28 @@ class EvictionPolicy(ABC):
     def victim(self, incoming: BlockKey | None = None) -> BlockKey | None:
         """The block to evict next (``None`` when empty)."""
 
+    def expect(self, key: BlockKey) -> None:
+        """A stager expects ``key`` to be read soon (its session's return is near); not a read.
+
+        A staged block enters the tier by ``insert``, as recent as any new block; one a stager
+        finds already here is reported by this call instead, so that the blocks a returning
+        session will read do not stay the oldest ones and leave to the next stores before it
+        arrives. Default: nothing (a policy that learns from reads, EpiCache's return gaps,
+        must not count this as one).
+        """
+
+    def victims(self, incoming: BlockKey | None, limit: int) -> list[BlockKey]:
+        """Up to ``limit`` blocks in the order the policy would evict them now, state unchanged.
+
+        For a store that may not take every victim (a stager's, which keeps the blocks of
+        sessions expected back sooner): it takes the first of these it may, a block the policy
+        gives up within its next few picks, instead of giving up its room at the first refusal.
+        The default offers only ``victim``; an order that is cheap to read ahead (LRU's) should
+        be offered in full up to ``limit``.
+        """
+        first = self.victim(incoming)
+        return [] if first is None else [first]
+
     @abstractmethod
     def __len__(self) -> int: ...
 

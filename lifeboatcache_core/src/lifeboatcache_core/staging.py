@@ -101,6 +101,8 @@ class StagingTier(Protocol):
 
     def discard(self, keys: Sequence[BlockKey]) -> int: ...
 
+    def expect(self, keys: Sequence[BlockKey]) -> None: ...
+
 
 @dataclass
 class _Block:
@@ -444,9 +446,10 @@ class Stager:
         self._expire(now)
         wait = self.poll_s
         due = False
+        expected: dict[str, list[BlockKey]] = {}  # stage tier -> plan blocks it holds already
         while True:
             with self._lock:
-                item = self._next_block(tiers, now)
+                item = self._next_block(tiers, now, expected)
                 if item is None:
                     break
                 tag, key, block, source, targets, plan, retry = item
@@ -464,6 +467,9 @@ class Stager:
                 plan.inflight += 1
                 self._queued.add(key)
             self._submit(tag, key, block, source, targets, plan)
+        for tier in tiers:  # outside the stager's lock: a tier's lock is taken before it (``_evictable``)
+            if tier.name in expected:
+                tier.expect(expected[tier.name])
         with self._lock:
             mono = time.monotonic()
             for plan in self._plans.values():  # a timed retry still to come: not idle yet
@@ -483,9 +489,17 @@ class Stager:
         self._budget -= nbytes
         return 0.0
 
-    def _next_block(self, tiers: list[StagingTier], now: float) -> tuple[Any, ...] | None:
+    def _next_block(self, tiers: list[StagingTier], now: float,
+                    expected: dict[str, list[BlockKey]]) -> tuple[Any, ...] | None:
         """The next block worth staging now, earliest expected session first (caller holds ``_lock``,
-        which the engine-facing ``observe_*`` calls take too: no pass over a plan's blocks here)."""
+        which the engine-facing ``observe_*`` calls take too: no pass over a plan's blocks here).
+
+        A block due now that a stage tier holds already, with no stage tier above it, is added to
+        ``expected`` under that tier's name, for ``Tier.expect``: it must last until its session
+        arrives as a staged copy would (bench staging, DRAM of two sessions: sessions found such
+        blocks evicted by the stores between the plan's start and their arrival, and read them
+        from S3).
+        """
         block_s = max(self._block_s.values(), default=0.0)  # the slowest source seen, per block
         for tag, plan in sorted(self._plans.items(), key=lambda item: item[1].eta):
             session = self._sessions.get(tag)
@@ -502,7 +516,7 @@ class Stager:
                 for key in [k for k in plan.refused if k not in self._queued]:  # a queued one is still refusing
                     plan.refused.remove(key)
                     block = self._block(key)
-                    route = _route(tiers, key) if block is not None else None
+                    route = _route(tiers, key, expected) if block is not None else None
                     if route is not None:
                         return tag, key, block, route[0], route[1], plan, True
             while plan.cursor < len(plan.order):
@@ -511,7 +525,7 @@ class Stager:
                 block = self._block(key)
                 if block is None or key in self._queued:
                     continue
-                route = _route(tiers, key)
+                route = _route(tiers, key, expected)
                 if route is not None:
                     return tag, key, block, route[0], route[1], plan, False
         return None
@@ -836,12 +850,20 @@ def _put_back(plan: _Plan, key: BlockKey, retry: bool) -> None:
         plan.cursor -= 1
 
 
-def _route(tiers: list[StagingTier], key: BlockKey) -> tuple[StagingTier, list[StagingTier]] | None:
-    """(the highest tier holding ``key``, the ``stage = true`` tiers above it); None: nothing to do."""
+def _route(tiers: list[StagingTier], key: BlockKey,
+           expected: dict[str, list[BlockKey]]) -> tuple[StagingTier, list[StagingTier]] | None:
+    """(the highest tier holding ``key``, the ``stage = true`` tiers above it); None: nothing to do.
+
+    When that tier is itself a stage tier with none above it, ``key`` is added to ``expected``
+    under its name (``Tier.expect``)."""
     for j, tier in enumerate(tiers):
         if tier.presence(key) is True:
             targets = [t for t in tiers[:j] if t.cfg.stage]
-            return (tier, targets) if targets else None
+            if targets:
+                return tier, targets
+            if tier.cfg.stage:
+                expected.setdefault(tier.name, []).append(key)
+            return None
     return None
 
 

@@ -51,6 +51,10 @@ BLOCK_OVERHEAD = 4096 + 64
 MAX_BACKOFF_S = 60.0
 #: how long a put waits for in-flight writes to land when only they stand between it and space
 RESERVE_WAIT_S = 5.0
+#: a store whose ``evictable`` vetoes the policy's victim looks this far down the policy's order
+#: for one it accepts (``Tier._next_evictable``): a bound on the work under the tier's lock, not a
+#: tuned number
+VICTIM_LOOKAHEAD = 256
 
 
 class IncompatibleBlockError(CorruptBlockError):
@@ -417,6 +421,18 @@ class Tier:
                     held += 1
         return held
 
+    def expect(self, keys: Sequence[BlockKey]) -> None:
+        """A stager expects the stored ones of ``keys`` to be read soon (``EvictionPolicy.expect``).
+
+        In-memory only, like ``touch``, but not a use: the prefix guard's idle clock and a
+        policy that learns from reads are left alone.
+        """
+        with self.lock:
+            index, policy = self.index, self.policy
+            for key in keys:
+                if key in index:
+                    policy.expect(key)
+
     def _forget(self, key: BlockKey, *, row_gone: bool = False) -> int:
         """Remove ``key`` from index and policy (caller holds ``lock``); return its size.
 
@@ -617,8 +633,10 @@ class Tier:
         than sessions take to return (``PrefixGuard.protects``); at the first that is neither the incoming
         block is declined (``stats.declined``) and nothing waits. Deeper victims taken before
         that stay evicted: their space serves the next store (a policy offers no look-ahead).
-        ``evictable`` declines the same way at the first victim it refuses (not counted in
-        ``stats.declined``), and a store with it never waits: staging must not hold a thread.
+        ``evictable`` vetoes victims: past one it refuses, the store takes the first of the
+        policy's next picks it accepts (``_next_evictable``) and declines only when there is none
+        (not counted in ``stats.declined``); a store with it never waits: staging must not hold
+        a thread.
         ``held``: bytes this store has reserved already (``_settle_reservation``): they count as
         taken, but are never waited for (they land only after this call returns).
         """
@@ -630,6 +648,12 @@ class Tier:
         except OSError:
             fs_free = None
         victims: list[tuple[BlockKey, int]] = []
+        refused: set[BlockKey] = set()  # victims vetoed, by ``evictable`` or the prefix guard
+
+        def accepts(victim: BlockKey) -> bool:
+            if depth is not None and self._prefixes.protects(victim, depth, time.monotonic()):
+                return False
+            return evictable is None or evictable(victim)
         freed = 0
         deadline = time.monotonic() + RESERVE_WAIT_S
         with self.lock:
@@ -641,12 +665,12 @@ class Tier:
                     victim = self.policy.victim(key)
                     if victim is None:
                         break
-                    if depth is not None and self._prefixes.protects(victim, depth, time.monotonic()):
-                        declined = True
-                        break
-                    if evictable is not None and not evictable(victim):
-                        declined = True
-                        break
+                    if not accepts(victim):
+                        found = None if evictable is None else self._next_evictable(key, victim, accepts, refused)
+                        if found is None:
+                            declined = True
+                            break
+                        victim = found
                     size = self._forget(victim)
                     freed += size
                     fs_short -= size
@@ -665,6 +689,26 @@ class Tier:
             self._drop(victims)
             return None
         return victims
+
+    def _next_evictable(self, key: BlockKey, first: BlockKey, evictable: Callable[[BlockKey], bool],
+                        refused: set[BlockKey]) -> BlockKey | None:
+        """The first of the policy's next ``VICTIM_LOOKAHEAD`` picks that ``evictable`` accepts, after
+        it refused ``first`` (caller holds ``lock``); None: every one is refused.
+
+        A stager keeps the blocks of sessions expected back sooner, and an LRU tier's oldest
+        blocks are often just those (staged earlier, for an earlier return): declining at the
+        first of them left the room of blocks nobody expects back to the next engine store
+        (``bench staging``, DRAM of two sessions: 756 of 1,621 staging stores declined).
+        ``refused`` carries the vetoes over the store's victims, so each is asked once.
+        """
+        refused.add(first)
+        for candidate in self.policy.victims(key, VICTIM_LOOKAHEAD):
+            if candidate in refused:
+                continue
+            if evictable(candidate):
+                return candidate
+            refused.add(candidate)
+        return None
 
     def discard(self, keys: Sequence[BlockKey], *, demote: bool = True) -> int:
         """Evict ``keys`` now, like the policy's victims (write-back tiers below get them first,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import islice
 
 from lifeboatcache_core.abc import BlockHint, EvictionPolicy
 from lifeboatcache_core.keys import BlockKey
@@ -23,11 +24,17 @@ class LRUPolicy(EvictionPolicy):
         if key in self._order:
             self._order.move_to_end(key)
 
+    def expect(self, key: BlockKey) -> None:
+        self.touch(key)  # as recent as the block a stager would have staged
+
     def remove(self, key: BlockKey) -> None:
         self._order.pop(key, None)
 
     def victim(self, incoming: BlockKey | None = None) -> BlockKey | None:
         return next(iter(self._order), None)
+
+    def victims(self, incoming: BlockKey | None, limit: int) -> list[BlockKey]:
+        return list(islice(self._order, limit))
 
     def __len__(self) -> int:
         return len(self._order)

@@ -730,6 +730,22 @@ class PolicyContract:
         p.remove(key(1))
         assert len(p) == 0 and p.victim(None) is None
 
+    def test_victims_begin_with_the_victim_and_change_nothing(self) -> None:
+        """``victims`` reads ahead in the eviction order without changing it; ``expect`` is no
+        read and keeps the tracked set as it is (a stager calls both under the tier's lock)."""
+        p = self.make_policy()
+        assert p.victims(None, 4) == []
+        for i in range(20):
+            p.insert(key(i), 100, None)
+        first = p.victim(None)
+        ahead = p.victims(None, 4)
+        assert 1 <= len(ahead) <= 4 and ahead[0] == first
+        assert len(set(ahead)) == len(ahead) and all(k in p for k in ahead)
+        assert p.victims(None, 4) == ahead and p.victim(None) == first and len(p) == 20
+        p.expect(key(5))
+        p.expect(key(1234))  # unknown keys are ignored
+        assert len(p) == 20 and key(1234) not in p
+
     def _simulate(self, p: EvictionPolicy, ops: int, universe: int, capacity: int, seed: int,
                   present: set[BlockKey] | None = None) -> list[BlockKey]:
         """Drive ``p`` as a tier does; check the capacity invariant; return the victims."""
