@@ -2,10 +2,10 @@
 # bench staging, old = BASE, new = the working tree, interleaved (first use: the shaped S3 proxy in the
 # measured process or in a process of its own; then a DRAM tier's jobs as one task); the loads' tail.
 # usage: TAG=NAME bash bench/results/staging-2026-12-05-proxy/run.sh BASE PAIRS [bench staging options]
-# (files NAME-runI-SIDE.json/.txt)
+# (files NAME-runI-SIDE.json/.txt, in OUT_DIR if set)
 set -u
 cd "$(dirname "$0")/../../.."
-D=bench/results/staging-2026-12-05-proxy
+D=${OUT_DIR:-bench/results/staging-2026-12-05-proxy}  # where the files go
 . bench/results/ab-lib.sh
 BASE=$1 PAIRS=$2 TAG=${TAG:-run}
 shift 2
