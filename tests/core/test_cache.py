@@ -260,6 +260,23 @@ def test_touch_orders_recency_without_io(tmp_path: Path) -> None:
         cache.touch(keys(2, start=50))  # unknown keys: nothing happens, nothing raises
 
 
+def test_a_read_from_the_top_tier_counts_as_use_in_the_tiers_below(tmp_path: Path) -> None:
+    """A write-through tier below holds copies of what the top tier serves: the blocks read up
+    there are the ones its policy keeps, not the ones it evicts first."""
+    with open_cache(tmp_path, DRAM, file_tier(tmp_path / "t", write="through", io_threads=1,
+                                              keep_prefixes=False)) as cache:
+        ks = keys(6)
+        assert all(cache.put(ks, blobs(6, 4096)))
+        dram, below = cache.tiers
+        out = [bytearray(4096) for _ in range(2)]
+        hits = dram.stats.hits
+        assert all(cache.get([ks[1], ks[0]], out))  # the two oldest, served by DRAM
+        assert dram.stats.hits == hits + 2 and below.stats.hits == 0
+        cache.drain()  # the tiers below learn it after the get is reported
+        below.resize(below.used // 6 * 3)
+        assert [k in below.index for k in ks] == [True, True, False, False, False, True]
+
+
 def test_a_full_tier_keeps_prefix_heads_and_declines_deeper_blocks(tmp_path: Path) -> None:
     """keep_prefixes: a full tier makes room only with deeper blocks, or ones idle for keep_prefixes_idle_s."""
     import time
