@@ -69,9 +69,6 @@ class _Job:
     seconds: float = 0.0  # set when the last task is done
     #: called once when the last task is done, before the job is reported (a get's stager release)
     on_done: Callable[[], None] | None = None
-    #: called once after the job is reported (``done`` set): work nobody waits for, which ``drain``
-    #: waits for (a get's use told to the tiers below the one that served it); appended by tasks
-    after_done: list[Callable[[], None]] = field(default_factory=list)
 
 
 def as_byte_view(buf: _Buffer) -> memoryview:
@@ -255,10 +252,6 @@ class TieredCache:
             if job.tasks:
                 return
             job.seconds = time.perf_counter() - job.started
-            after: Future[None] | None = None
-            if job.after_done:  # no task is left to append: the list is whole
-                after = Future()
-                self._background.add(after)  # before ``done``: a ``drain`` after the job waits for it
         try:
             if job.on_done is not None:
                 job.on_done()
@@ -267,15 +260,6 @@ class TieredCache:
                 self._finished.append(job)
         self.telemetry.job_latency[job.kind].observe(job.seconds)
         job.done.set()
-        if after is not None:
-            try:
-                for work in job.after_done:
-                    work()
-            except Exception:  # a bug here must not stop the pool's thread
-                log.exception("%s job %d: work after it failed", job.kind, job.job_id)
-            finally:
-                after.set_result(None)
-                self._background_done(after)
 
     def _finish_if_idle(self, job: _Job) -> None:
         """Release the submitter's hold; the job finishes now if no task is left."""
@@ -421,26 +405,13 @@ class TieredCache:
             self.telemetry.add(lookup_hit_blocks=hits, bytes_served=served)
             if hits and start + 1 < len(up):
                 used = [keys[i] for i, meta in zip(part, found, strict=True) if meta is not None]
-                job.after_done.append(lambda: self._used_above(up[start + 1:], used))
+                for below in up[start + 1:]:
+                    below.used_above(used)
 
         for j, indices in groups.items():
             self._spread(job, up[j], indices, work)
         self._finish_if_idle(job)
         return job.job_id
-
-    @staticmethod
-    def _used_above(below: list[Tier], keys: list[BlockKey]) -> None:
-        """``keys`` were read from a tier above ``below``: each of these tiers that holds them marks
-        them used (``Tier.touch``), after the get is reported.
-
-        A write-through tier below holds copies of what the top tier serves but never sees
-        those reads: without this its policy evicts the blocks used most (their copies there
-        look oldest), and once the tier above evicts them too they are read from the slowest
-        tier (``bench staging``: sessions read from S3 what DRAM had just served them). The
-        same reason as ``touch`` for an engine's own cache above ours.
-        """
-        for tier in below:
-            tier.touch(keys)
 
     def _fetch_below(self, key: BlockKey, dest: memoryview, up: list[Tier], first: int) -> bool:
         """Fetch a block the tier above ``up[first]`` missed from the first lower tier that has it."""
