@@ -1,9 +1,11 @@
 """A DRAM tier's get and put latency: BLOCKS blocks of KIB KiB, REPS jobs each; p50, p99 and mean.
 
-    .venv/bin/python bench/results/dram-get-2026-12-06/dramget.py BLOCKS KIB REPS [IO_THREADS]
+    .venv/bin/python bench/results/dram-get-2026-12-06/dramget.py BLOCKS KIB REPS [IO_THREADS [BELOW_DIR]]
 
-One TieredCache with one DRAM tier (``io_threads`` 4 unless given, the default); the same blocks
-are put then got ``REPS`` times, each job timed alone (wall clock around the blocking call).
+One TieredCache with one DRAM tier (``io_threads`` 4 unless given, the default), over a
+write-through file tier at ``BELOW_DIR`` when given (every get then served by DRAM with a copy
+below); the same blocks are put then got ``REPS`` times, each job timed alone (wall clock around
+the blocking call).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ def quantiles(seconds: list[float]) -> dict[str, float]:
 def main() -> None:
     blocks, kib, reps = (int(a) for a in sys.argv[1:4])
     threads = int(sys.argv[4]) if len(sys.argv) > 4 else 4
+    below = [{"name": "file", "backend": "file", "path": sys.argv[5], "capacity_gb": 1.0}] if len(sys.argv) > 5 else []
     config = load_config_dict({
         "tiers": [{"name": "dram", "backend": "dram", "capacity_gb": 2 * blocks * kib / 2**20 + 0.01,
-                   "io_threads": threads}],
+                   "io_threads": threads}, *below],
         "fallback_local": {"enabled": False, "path": "/tmp/dramget-fallback", "capacity_gb": 1}})
     keys = [BlockKey("ns", i.to_bytes(8, "big") * 4) for i in range(blocks)]
     payloads = [os.urandom(kib * 1024) for _ in range(blocks)]

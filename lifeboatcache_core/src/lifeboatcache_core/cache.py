@@ -388,7 +388,8 @@ class TieredCache:
         def work(tier: Tier, part: list[int]) -> None:
             start = up.index(tier)
             served = hits = missed = 0
-            found = tier.fetch_many([keys[i] for i in part], [views[i] for i in part])
+            asked = [keys[i] for i in part]
+            found = tier.fetch_many(asked, [views[i] for i in part])
             for i, meta in zip(part, found, strict=True):
                 if meta is not None:
                     if start > 0 and self.config.promote:
@@ -404,7 +405,7 @@ class TieredCache:
                 tier.count(misses=missed)
             self.telemetry.add(lookup_hit_blocks=hits, bytes_served=served)
             if hits and start + 1 < len(up):
-                used = [keys[i] for i, meta in zip(part, found, strict=True) if meta is not None]
+                used = [k for k, meta in zip(asked, found, strict=True) if meta is not None] if missed else asked
                 for below in up[start + 1:]:
                     below.used_above(used)
 
