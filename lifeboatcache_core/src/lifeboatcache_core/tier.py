@@ -417,15 +417,20 @@ class Tier:
         chunks a request used in a cache above this tier, which were never read from here.
         Returns how many of ``keys`` this tier holds.
         """
+        with self.lock:
+            return self._mark_used(keys)
+
+    def _mark_used(self, keys: Sequence[BlockKey]) -> int:
+        """Each held one of ``keys`` is used now: its policy's ``touch`` and the prefix guard's
+        clock (caller holds ``lock``). Returns how many this tier holds."""
         held = 0
         now = time.monotonic()
-        with self.lock:
-            index, policy, prefixes = self.index, self.policy, self._prefixes
-            for key in keys:
-                if key in index:
-                    policy.touch(key)
-                    prefixes.used(key, now)
-                    held += 1
+        index, policy, prefixes = self.index, self.policy, self._prefixes
+        for key in keys:
+            if key in index:
+                policy.touch(key)
+                prefixes.used(key, now)
+                held += 1
         return held
 
     def expect(self, keys: Sequence[BlockKey]) -> None:
@@ -455,20 +460,15 @@ class Tier:
         self._used_above.extend(keys)
 
     def _apply_uses_above(self) -> None:
-        """Touch the policy for the reads ``used_above`` collected (caller holds ``lock``)."""
+        """Mark the reads ``used_above`` collected as used (caller holds ``lock``).
+
+        Only this pops, under the lock; readers only append, which never shortens the deque
+        (past ``maxlen`` an append drops one from the left and adds one): the ``len`` taken
+        here can be popped, and later reads wait for the next victim choice.
+        """
         pending = self._used_above
-        if not pending:
-            return
-        now = time.monotonic()
-        index, policy, prefixes = self.index, self.policy, self._prefixes
-        for _ in range(len(pending)):  # what is there now; later reads wait for the next choice
-            try:
-                key = pending.popleft()
-            except IndexError:
-                break
-            if key in index:
-                policy.touch(key)
-                prefixes.used(key, now)
+        if pending:
+            self._mark_used([pending.popleft() for _ in range(len(pending))])
 
     def _forget(self, key: BlockKey, *, row_gone: bool = False) -> int:
         """Remove ``key`` from index and policy (caller holds ``lock``); return its size.
