@@ -134,6 +134,10 @@ class _Plan:
     order: list[BlockKey]
     cursor: int = 0
     inflight: int = 0
+    #: its start (``Stager._latest_starts``) came: it stays due until it ends. A start recomputed
+    #: from the bytes left moves later with every block handed out, so judged afresh it paced the
+    #: plan to end just at its return, using up the margin its start was given
+    started: bool = False
     #: ``order`` as a set: which blocks this return is expected to read
     wanted: frozenset[BlockKey] = frozenset()
     #: blocks a target tier had no room for (every victim was protected), head first: tried again
@@ -500,14 +504,12 @@ class Stager:
         blocks evicted by the stores between the plan's start and their arrival, and read them
         from S3).
         """
-        block_s = max(self._block_s.values(), default=0.0)  # the slowest source seen, per block
-        for tag, plan in sorted(self._plans.items(), key=lambda item: item[1].eta):
-            session = self._sessions.get(tag)
-            if session is None or plan.eta + self.grace_s < now:
+        plans = sorted(((tag, plan) for tag, plan in self._plans.items()
+                        if tag in self._sessions and plan.eta + self.grace_s >= now), key=lambda item: item[1].eta)
+        for (tag, plan), start in zip(plans, self._latest_starts([plan for _, plan in plans]), strict=True):
+            if now < start and not plan.started:
                 continue
-            need, left = plan.tail[plan.cursor], len(plan.order) - plan.cursor
-            if now < plan.eta - max(self.lead_s, 2.0 * need / self.rate_bytes_s, 2.0 * left * block_s):
-                continue
+            plan.started = True
             if plan.refused and (plan.refused_at != self._room or time.monotonic() >= plan.retry_at):
                 if plan.refused_at == self._room and plan.retry_at < float("inf"):  # a timed round begins
                     plan.retries -= 1
@@ -529,6 +531,27 @@ class Stager:
                 if route is not None:
                     return tag, key, block, route[0], route[1], plan, False
         return None
+
+    def _latest_starts(self, plans: list[_Plan]) -> list[float]:
+        """When each of ``plans`` (earliest return first) must begin staging (caller holds ``_lock``).
+
+        A plan alone needs ``max(2 * bytes left / rate_bytes_s, 2 * blocks left * the
+        slowest source's recent seconds per block)``, and at least ``lead_s`` before its return.
+        The stager works on plans earliest return first, so a plan must also be done when the
+        next one has to begin: the starts are laid out backwards from the last return (bench
+        staging, DRAM of two sessions: sessions back within a second of each other were still
+        being staged from S3 when the first of them arrived, each having started only its own
+        lead before its return).
+        """
+        block_s = max(self._block_s.values(), default=0.0)
+        starts = [0.0] * len(plans)
+        begin = float("inf")  # when the plan after this one must begin: this one must be done by then
+        for i in range(len(plans) - 1, -1, -1):
+            plan = plans[i]
+            need, left = plan.tail[plan.cursor], len(plan.order) - plan.cursor
+            begin = min(begin, plan.eta) - max(2.0 * need / self.rate_bytes_s, 2.0 * left * block_s)
+            starts[i] = min(begin, plan.eta - self.lead_s)
+        return starts
 
     def _submit(self, tag: str, key: BlockKey, block: _Block, source: StagingTier,
                 targets: list[StagingTier], plan: _Plan) -> None:
