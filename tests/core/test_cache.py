@@ -276,6 +276,51 @@ def test_a_read_from_the_top_tier_counts_as_use_in_the_tiers_below(tmp_path: Pat
         assert [k in below.index for k in ks] == [True, True, False, False, False, True]
 
 
+def test_uses_from_above_keep_their_time_for_the_prefix_guard(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tier below applies the reads DRAM served only when its policy next chooses a victim, but
+    each at the time it was made: its prefix guard learns sessions' return gaps from them. All
+    applied at that later time, a session back every 10 s taught gaps of 0 (each key's later
+    uses) and the guard's idle limit fell to its 5 s floor instead of 4 x 10 s."""
+    from lifeboatcache_core.abc import BlockHint
+
+    from lifeboatcache_core import tier as tier_module
+
+    clock = [0.0]
+    monkeypatch.setattr(tier_module.time, "monotonic", lambda: clock[0])
+    with open_cache(tmp_path, DRAM, file_tier(tmp_path / "t", write="through", io_threads=1)) as cache:
+        dram, below = cache.tiers
+        ks = keys(4)
+        hints = [BlockHint(parent=ks[i - 1] if i else None, depth=i) for i in range(4)]
+        assert all(cache.put(ks, blobs(4, 4096), hints=hints))
+        out = [bytearray(4096) for _ in ks]
+        for turn in range(1, 11):  # back every 10 s: 36 return gaps (each key's first use is its storing request)
+            clock[0] = 10.0 * turn
+            hits = dram.stats.hits
+            assert all(cache.get(ks, out)) and dram.stats.hits == hits + 4
+        clock[0] = 1000.0
+        below.resize(below.capacity)  # its policy chooses victims: the uses are applied now
+        assert below._prefixes.idle_limit_s == 40.0
+
+
+def test_touch_never_waits_for_a_tiers_lock(tmp_path: Path) -> None:
+    """``touch`` runs on the engine's scheduler thread (vLLM's ``touch`` and
+    ``on_request_finished``): it must not wait while an I/O thread holds a tier's lock to choose
+    victims or commit a batch. The uses are applied when the tier next chooses a victim
+    (``test_touch_orders_recency_without_io``)."""
+    import threading
+
+    with open_cache(tmp_path, DRAM, file_tier(tmp_path / "t", write="through")) as cache:
+        ks = keys(2)
+        assert all(cache.put(ks, blobs(2, 4096)))
+        touched = threading.Event()
+        toucher = threading.Thread(target=lambda: (cache.touch(ks), touched.set()), daemon=True)
+        with cache.tiers[1].lock:
+            toucher.start()
+            assert touched.wait(5.0), "touch waited for the tier's lock"
+        toucher.join(5.0)
+
+
 def test_a_full_tier_keeps_prefix_heads_and_declines_deeper_blocks(tmp_path: Path) -> None:
     """keep_prefixes: a full tier makes room only with deeper blocks, or ones idle for keep_prefixes_idle_s."""
     import time

@@ -76,9 +76,9 @@ def test_a_full_tier_lets_ended_sessions_go_once_idle_past_the_learnt_limit(tmp_
         for second in range(1, prefixes.MIN_SAMPLES // 2 + 1):  # both sessions come back every second
             clock[0] = float(second)
             cache.touch([ended, active])
-        assert tier._prefixes.idle_limit_s == prefixes.MIN_IDLE_S  # max(5 s, 4 x 1 s)
         last = clock[0]
         tier.resize(tier.used - tier.used // 2 + 4096 + BLOCK_OVERHEAD + 64)  # a third block needs a victim
+        assert tier._prefixes.idle_limit_s == prefixes.MIN_IDLE_S  # max(5 s, 4 x 1 s), the uses applied by now
         clock[0] = last + 3  # both idle 3 s: both protected, the newcomer is declined
         assert cache.put(keys(1, start=800), blobs(1, 4096), hints=[BlockHint(depth=0)]) == [False]
         for second in (4, 5, 6):  # only one session goes on

@@ -407,7 +407,7 @@ class TieredCache:
             if hits and start + 1 < len(up):
                 used = [k for k, meta in zip(asked, found, strict=True) if meta is not None] if missed else asked
                 for below in up[start + 1:]:
-                    below.used_above(used)
+                    below.touch(used)
 
         for j, indices in groups.items():
             self._spread(job, up[j], indices, work)
@@ -552,8 +552,9 @@ class TieredCache:
 
         For engines with a cache above ours (vLLM's CPU tier, SGLang's host cache): a chunk
         that keeps hitting up there is never read from here, and without this it would look
-        coldest to our policy and be evicted first. In-memory and cheap (no I/O): safe on
-        the engine's scheduler thread.
+        coldest to our policy and be evicted first. No I/O and no lock: each tier applies the
+        uses, at their time, when it next chooses a victim (``Tier.touch``), so the engine's
+        scheduler thread never waits for an I/O thread that holds a tier's lock.
         """
         valid = [k for k in keys if self._valid(k)]
         if not valid:

@@ -56,9 +56,10 @@ RESERVE_WAIT_S = 5.0
 #: for one it accepts (``Tier._next_evictable``): a bound on the work under the tier's lock, not a
 #: tuned number
 VICTIM_LOOKAHEAD = 256
-#: reads from tiers above that a tier keeps to apply as uses (``Tier.used_above``); past it the
-#: oldest are dropped: a bound on memory for a tier that stores nothing for a long while
-USED_ABOVE_MAX = 65_536
+#: batches of uses from above (one per ``Tier.touch``: a get served above, an engine's report)
+#: that a tier keeps until its policy next chooses a victim; past it the oldest are dropped: a
+#: bound on memory for a tier that chooses no victim for a long while
+USES_PENDING_MAX = 4096
 
 
 class IncompatibleBlockError(CorruptBlockError):
@@ -124,8 +125,8 @@ class Tier:
             {} if removal_listeners is None else removal_listeners)
         # keep_prefixes: prefix depth of blocks stored with one, their last uses, return gaps
         self._prefixes = PrefixGuard(cfg.keep_prefixes_idle_s)
-        #: keys read from a tier above since the policy last chose a victim (``used_above``)
-        self._used_above: deque[BlockKey] = deque(maxlen=USED_ABOVE_MAX)
+        #: (when, keys) used above this tier since the policy last chose a victim (``touch``)
+        self._uses_pending: deque[tuple[float, Sequence[BlockKey]]] = deque(maxlen=USES_PENDING_MAX)
         self.used = 0
         self.reserved = 0
         self.stats = TierStats()
@@ -368,7 +369,7 @@ class Tier:
     def _evict_over_capacity(self) -> None:
         victims: list[tuple[BlockKey, int]] = []
         with self.lock:
-            self._apply_uses_above()
+            self._apply_uses()
             while self.used > self._local_capacity():
                 victim = self.policy.victim(None)
                 if victim is None:
@@ -410,28 +411,29 @@ class Tier:
         except OSError:
             return False
 
-    def touch(self, keys: Sequence[BlockKey]) -> int:
-        """Mark the stored ones of ``keys`` as used now, in order (the last is the most recent).
+    def touch(self, keys: Sequence[BlockKey]) -> None:
+        """``keys`` were used now in a cache above this tier, in order (the last is the most recent).
 
-        In-memory only (the policy's order; no I/O, no manifest row): an engine reports the
-        chunks a request used in a cache above this tier, which were never read from here.
-        Returns how many of ``keys`` this tier holds.
+        A tier above served them (a write-through copy here never sees those reads: without
+        them this policy evicts the blocks used most, and once the tier above evicts them too
+        they are read from the slowest tier; ``bench staging``), or an engine reports the chunks
+        a request used in its own cache (vLLM's CPU tier). Kept with their time and applied under
+        the lock just before the policy next chooses a victim (``_apply_uses``); no lock and no
+        copy here (``keys`` must not change afterwards): the callers are a get's worker and the
+        engine's scheduler thread, which must not wait while an I/O thread holds the lock, and
+        applying them at once took the GIL from the woken caller of a get (``bench staging``'s
+        all-DRAM loads: 0.90-1.37 ms p50 against 0.73-0.81).
         """
-        with self.lock:
-            return self._mark_used(keys)
+        self._uses_pending.append((time.monotonic(), keys))
 
-    def _mark_used(self, keys: Sequence[BlockKey]) -> int:
-        """Each held one of ``keys`` is used now: its policy's ``touch`` and the prefix guard's
-        clock (caller holds ``lock``). Returns how many this tier holds."""
-        held = 0
-        now = time.monotonic()
+    def _mark_used(self, keys: Sequence[BlockKey], at: float) -> None:
+        """Each held one of ``keys`` was used at ``at``: its policy's ``touch`` and the prefix
+        guard's clock, which learns return gaps from it (caller holds ``lock``)."""
         index, policy, prefixes = self.index, self.policy, self._prefixes
         for key in keys:
             if key in index:
                 policy.touch(key)
-                prefixes.used(key, now)
-                held += 1
-        return held
+                prefixes.used(key, at)
 
     def expect(self, keys: Sequence[BlockKey]) -> None:
         """A stager expects the stored ones of ``keys`` to be read soon (``EvictionPolicy.expect``).
@@ -445,30 +447,17 @@ class Tier:
                 if key in index:
                     policy.expect(key)
 
-    def used_above(self, keys: Sequence[BlockKey]) -> None:
-        """``keys`` were read from a tier above this one: uses, as ``touch`` makes them, applied
-        under the lock just before the policy next chooses a victim (``_apply_uses_above``).
+    def _apply_uses(self) -> None:
+        """Apply the uses ``touch`` kept, each at its own time (caller holds ``lock``).
 
-        A write-through tier below holds copies of what the top tier serves but never sees
-        those reads: without them its policy evicts the blocks used most (their copies look
-        oldest), and once the tier above evicts them too they are read from the slowest tier
-        (``bench staging``: sessions read from S3 what DRAM had served them a turn before). No
-        lock and O(len(keys)) here: applying them at once (a ``touch`` of each tier below, even
-        after the get was reported) took the GIL from the woken caller, and ``bench staging``'s
-        all-DRAM loads took 0.90-1.37 ms p50 against 0.73-0.81.
+        Only this pops, under the lock; ``touch`` only appends, which never shortens the deque
+        (past ``maxlen`` an append drops one from the left and adds one): the ``len`` taken here
+        can be popped, and later uses wait for the next victim choice.
         """
-        self._used_above.extend(keys)
-
-    def _apply_uses_above(self) -> None:
-        """Mark the reads ``used_above`` collected as used (caller holds ``lock``).
-
-        Only this pops, under the lock; readers only append, which never shortens the deque
-        (past ``maxlen`` an append drops one from the left and adds one): the ``len`` taken
-        here can be popped, and later reads wait for the next victim choice.
-        """
-        pending = self._used_above
-        if pending:
-            self._mark_used([pending.popleft() for _ in range(len(pending))])
+        pending = self._uses_pending
+        for _ in range(len(pending)):
+            at, keys = pending.popleft()
+            self._mark_used(keys, at)
 
     def _forget(self, key: BlockKey, *, row_gone: bool = False) -> int:
         """Remove ``key`` from index and policy (caller holds ``lock``); return its size.
@@ -695,7 +684,7 @@ class Tier:
         freed = 0
         deadline = time.monotonic() + RESERVE_WAIT_S
         with self.lock:
-            self._apply_uses_above()
+            self._apply_uses()
             while True:
                 # the filesystem must hold this block and every reserved one (reserve_free_gb kept)
                 fs_short = 0 if fs_free is None else estimate + self.reserved - fs_free - freed
