@@ -63,6 +63,36 @@ def test_arc_plain_delete_leaves_no_ghost() -> None:
     assert arc.target_t1 == 0.0
 
 
+def test_arc_offers_its_order_ahead_and_a_later_pick_taken_becomes_a_ghost() -> None:
+    """A stager may take a later pick of ``victims``: it was evicted, so its return adapts ``p``
+    as the proposed victim's would (before, only the proposed key made a ghost)."""
+    arc = ARCPolicy()
+    for i in range(6):
+        arc.insert(key(i), 1)
+    arc.touch(key(4))  # T1: 0 1 2 3 5, T2: 4
+    assert arc.victims(None, 8) == [key(i) for i in (0, 1, 2, 3, 5, 4)]
+    arc.remove(key(2))  # the third pick, taken
+    before = arc.target_t1
+    arc.insert(key(2), 1)
+    assert arc.target_t1 > before and key(2) in arc
+
+
+@pytest.mark.parametrize("predictor", ["rhythm", "returns"])
+def test_epicache_offers_its_order_ahead(predictor: str) -> None:
+    """The rhythm predictor reads its order ahead, episode by episode, tail first (the returns
+    predictor offers its victim only)."""
+    epi = EpiCachePolicy(EpiCacheConfig(predictor=predictor))
+    store_chain(epi, range(0, 3), tag="a")
+    store_chain(epi, range(10, 13), tag="b")
+    ahead = epi.victims(None, 10)
+    assert ahead[0] == epi.victim(None)
+    if predictor == "returns":
+        assert len(ahead) == 1
+    else:
+        a_tail_first, b_tail_first = [key(2), key(1), key(0)], [key(12), key(11), key(10)]
+        assert ahead in (a_tail_first + b_tail_first, b_tail_first + a_tail_first)
+
+
 # ------------------------------------------------------------------------------ score
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lifeboatcache_core.abc import Backend, Codec, EvictionPolicy, KVLayout, ManifestStore
+from lifeboatcache_core.abc import Backend, BlockHint, Codec, EvictionPolicy, KVLayout, ManifestStore
 from lifeboatcache_core.chunkfile import TRAILER_LEN, BlockMeta, Buffer, build_header
 from lifeboatcache_core.errors import CorruptBlockError
 from lifeboatcache_core.keys import BlockKey
@@ -745,6 +745,28 @@ class PolicyContract:
         p.expect(key(5))
         p.expect(key(1234))  # unknown keys are ignored
         assert len(p) == 20 and key(1234) not in p
+
+    def test_victims_read_ahead_is_the_order_successive_evictions_take(self) -> None:
+        """What ``victims`` offers past the victim is what ``victim`` then ``remove`` would give
+        up next, in that order: a stager takes a later pick as if the earlier ones had gone.
+        Sessions of prompt chains, some used again, so that an order of episodes, depths or
+        lists is read ahead, not only insertion order."""
+        p = self.make_policy()
+        for s in range(5):
+            for depth in range(6):
+                i = 100 * s + depth
+                p.insert(key(i), 100, BlockHint(f"s{s}", key(i - 1) if depth else None, depth))
+        for i in (1, 201, 202, 402):
+            p.touch(key(i))
+        ahead = p.victims(None, 40)  # all 30: every list and episode
+        assert ahead, "a policy holding blocks offers at least its victim"
+        taken = []
+        for _ in ahead:
+            victim = p.victim(None)
+            assert victim is not None
+            taken.append(victim)
+            p.remove(victim)
+        assert taken == ahead
 
     def _simulate(self, p: EvictionPolicy, ops: int, universe: int, capacity: int, seed: int,
                   present: set[BlockKey] | None = None) -> list[BlockKey]:

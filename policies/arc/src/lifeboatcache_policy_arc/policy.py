@@ -6,8 +6,9 @@ which list was evicted too eagerly and moves the target size ``p`` of T1 toward 
 policy adapts between recency (scans, new sessions) and frequency (a hot system prompt).
 
 The tier owns capacity in bytes, so ARC's ``c`` (blocks) is the high-water mark of resident
-blocks. The tier calls ``victim`` and then ``remove`` for that key: only such a removal makes
-a ghost; a plain delete or a corrupt block leaves no ghost. Every operation is O(1).
+blocks. The tier calls ``victim`` (or ``victims``, to look past picks a stager may not take)
+and then ``remove`` for one of the keys offered: only such a removal makes a ghost; a plain
+delete or a corrupt block leaves no ghost. Every operation is O(1) (``victims``: O(limit)).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class ARCPolicy(EvictionPolicy):
         self._p = 0.0  # target size of T1
         self._c = 0  # capacity in blocks, learnt as the high-water mark of resident blocks
         self._proposed: Hashable | None = None
+        #: the picks ``victims`` offered last: a tier that removes one of them evicted it (a ghost)
+        self._offered: frozenset[Hashable] = frozenset()
 
     # -------------------------------------------------------------------- tier calls
 
@@ -60,8 +63,9 @@ class ARCPolicy(EvictionPolicy):
             self._t2.move_to_end(key)
 
     def remove(self, key: BlockKey) -> None:
-        evicted = key == self._proposed
+        evicted = key == self._proposed or key in self._offered
         self._proposed = None
+        self._offered = frozenset()
         if key in self._t1:
             del self._t1[key]
             if evicted:
@@ -83,6 +87,29 @@ class ARCPolicy(EvictionPolicy):
         else:
             return None
         return self._proposed  # type: ignore[return-value]
+
+    def victims(self, incoming: BlockKey | None, limit: int) -> list[BlockKey]:
+        """The next ``limit`` victims in order, state unchanged: ``victim``'s rule applied as T1 and
+        T2 shrink (removals do not move ``p``). The tier may evict any of them; each is then a
+        ghost, as the proposed victim is."""
+        t1, t2, p = self._t1, self._t2, self._p
+        left1, left2 = len(t1), len(t2)
+        from_t1, from_t2 = iter(t1), iter(t2)
+        hot = incoming in self._b2
+        out: list[BlockKey] = []
+        while len(out) < limit:
+            if left1 and (left1 > p or (hot and left1 >= int(p)) or not left2):
+                out.append(next(from_t1))  # type: ignore[arg-type]
+                left1 -= 1
+            elif left2:
+                out.append(next(from_t2))  # type: ignore[arg-type]
+                left2 -= 1
+            else:
+                break
+        if out:
+            self._proposed = out[0]
+        self._offered = frozenset(out)
+        return out
 
     def __len__(self) -> int:
         return len(self._t1) + len(self._t2)

@@ -54,8 +54,8 @@ import heapq
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
-from typing import Literal
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, Literal
 
 from lifeboatcache_core.abc import BlockHint, EvictionPolicy, PluginConfig
 from lifeboatcache_core.keys import BlockKey
@@ -237,6 +237,40 @@ class EpiCachePolicy(EvictionPolicy):
                 return key  # type: ignore[return-value]
             heapq.heappop(heap)
         raise AssertionError("an episode with blocks has an empty heap")  # pragma: no cover
+
+    def victims(self, incoming: BlockKey | None, limit: int) -> list[BlockKey]:
+        """The next ``limit`` victims in order, state unchanged (rhythm predictor; returns: the victim only).
+
+        The order ``victim`` then ``remove`` would take: overdue episodes by deadline, then the
+        rest by ``warm_order``, each deepest block first. The heaps are read in order without
+        popping (``_in_order``), so this costs O(limit log limit) plus the stale entries passed.
+        """
+        first = self.victim(incoming)  # also drops stale heap tops, as a victim choice does
+        if first is None or self._returns:
+            return [] if first is None else [first]
+        now, blocks, episodes = self._now(), self._blocks, self._episodes
+        out: list[BlockKey] = []
+        listed: set[Hashable] = set()
+
+        def take(order: Iterator[tuple[float, int, Hashable]], field: str, overdue: bool) -> bool:
+            for value, _, episode_id in order:
+                episode = episodes.get(episode_id)
+                if (episode is None or not episode.blocks or getattr(episode, field) != value
+                        or episode_id in listed):
+                    continue
+                if overdue and value >= now:
+                    return False
+                listed.add(episode_id)
+                for _, seq, key in _in_order(episode.heap):
+                    found = blocks.get(key)
+                    if found is not None and found[1] == seq:
+                        out.append(key)  # type: ignore[arg-type]
+                        if len(out) >= limit:
+                            return True
+            return False
+        if not take(_in_order(self._by_deadline), "deadline", True):
+            take(_in_order(self._by_return), "warm_key", False)
+        return out
 
     def expected_return(self, tag: str) -> float | None:
         """When session ``tag`` (its blocks' ``BlockHint.tag``) is expected back: its last visit plus its
@@ -423,3 +457,18 @@ class EpiCachePolicy(EvictionPolicy):
             return None if oldest is None else self._episodes[next(iter(self._buckets[oldest]))]
         target = self._victim_target(table)
         return None if target is None else self._episodes[next(iter(self._buckets[target]))]
+
+
+def _in_order(heap: list[Any]) -> Iterator[Any]:
+    """The entries of binary min-heap ``heap`` in ascending order, lazily and without changing it:
+    a frontier heap of the entries whose parents were yielded (entries must be distinct: here
+    each carries a unique sequence number)."""
+    if not heap:
+        return
+    frontier = [(heap[0], 0)]
+    while frontier:
+        entry, i = heapq.heappop(frontier)
+        yield entry
+        for child in (2 * i + 1, 2 * i + 2):
+            if child < len(heap):
+                heapq.heappush(frontier, (heap[child], child))
