@@ -6,7 +6,13 @@ Runs only the staging-on replay of `lifeboatcache bench staging` (same turns, st
 - every staging store (``Tier.store`` with ``evictable``) is counted by tier and outcome;
 - every load records where its blocks were just before the get (DRAM, file tier, else S3).
 
-usage: .venv/bin/python bench/results/staging-2026-12-06-lookahead/probe.py [DRAM_SESSIONS]
+With ``--loads`` (added 2026-12-06, stop 51) it also prints each load that found blocks outside
+DRAM: the session, its think time before this turn, how many other turns arrive within a
+second, the positions of the blocks in the file tier and in S3 only, the get's time, and the
+stager's view of the session's plan at that moment (its blocks, cursor, blocks in flight, and
+which of the missing ones it holds as refused or queued).
+
+usage: .venv/bin/python bench/results/staging-2026-12-06-lookahead/probe.py [DRAM_SESSIONS] [--loads]
 (old code: PYTHONPATH=<worktree>/lifeboatcache_core/src:<worktree>)
 """
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 import collections
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +34,7 @@ TRACES = Path(__file__).resolve().parents[4] / "shared" / "traces" / "kv-cache-t
 
 outcomes: collections.Counter[tuple[str, str]] = collections.Counter()
 loads: list[dict[str, Any]] = []
+turn_now: dict[str, Any] = {}  # the turn the replay is on (``--loads``)
 
 original_store = tier_module.Tier.store
 
@@ -44,23 +52,46 @@ original_get = TieredCache.get
 
 def probing_get(self: TieredCache, keys: Any, buffers: Any, *args: Any, **kwargs: Any) -> Any:
     dram, file = self.all_tiers[0], self.all_tiers[1]
-    in_dram = sum(1 for k in keys if dram.presence(k) is True)
-    in_file = sum(1 for k in keys if dram.presence(k) is not True and file.presence(k) is True)
-    loads.append({"blocks": len(keys), "dram": in_dram, "file": in_file, "s3": len(keys) - in_dram - in_file})
-    return original_get(self, keys, buffers, *args, **kwargs)
+    outside = [i for i, k in enumerate(keys) if dram.presence(k) is not True]
+    in_file = [i for i in outside if file.presence(keys[i]) is True]
+    stager = self.stager
+    plan = stager._plans.get(stager._session_of.get(keys[-1], ""))
+    started = time.perf_counter()
+    result = original_get(self, keys, buffers, *args, **kwargs)
+    s3 = [i for i in outside if i not in in_file]
+    loads.append(dict(turn_now, blocks=len(keys), dram=len(keys) - len(outside), file=len(in_file), s3=len(s3),
+                      ms=round((time.perf_counter() - started) * 1e3, 2), at_file=in_file, at_s3=s3,
+                      plan=None if plan is None else {
+                          "blocks": len(plan.order), "cursor": plan.cursor, "inflight": plan.inflight,
+                          "refused": [i for i in outside if keys[i] in plan.refused],
+                          "queued": [i for i in outside if keys[i] in stager._queued]}))
+    return result
 
 
 original_replay = bench.replay
+original_presence = TieredCache.presence
 
 
 def staging_on_only(turns: Any, config: Any, **kwargs: Any) -> dict[str, Any]:
     if not kwargs["staging"]:
         return {}
+    position = iter(range(len(turns)))
+
+    def presence(self: TieredCache, keys: Any) -> Any:  # the replay asks once per turn, first
+        turn = turns[next(position)]
+        before = [t.at for t in turns if t.session == turn.session and t.next_at == turn.at]
+        turn_now.clear()
+        turn_now.update(session=turn.session, at=round(turn.at, 2),
+                        think_s=round(turn.at - before[0], 2) if before else None,
+                        others_within_1s=sum(1 for t in turns if t.session != turn.session and abs(t.at - turn.at) < 1))
+        return original_presence(self, keys)
+    TieredCache.presence = presence  # type: ignore[method-assign]
     return original_replay(turns, config, **kwargs)
 
 
 def main() -> None:
-    dram_sessions = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
+    args = [a for a in sys.argv[1:] if a != "--loads"]
+    dram_sessions = float(args[0]) if args else 2.0
     tier_module.Tier.store = counting_store  # type: ignore[method-assign]
     TieredCache.get = probing_get  # type: ignore[method-assign]
     bench.replay = staging_on_only
@@ -79,6 +110,10 @@ def main() -> None:
     print(f"loads {len(loads)}, reading some blocks from S3: {len(from_s3)} "
           f"({sum(load['s3'] for load in from_s3)} blocks; of them also from the file tier: "
           f"{sum(1 for load in from_s3 if load['file'])})")
+    if "--loads" in sys.argv:
+        for load in loads:
+            if load["dram"] < load["blocks"]:
+                print(load)
 
 
 if __name__ == "__main__":
