@@ -8,9 +8,10 @@ Runs only the staging-on replay of `lifeboatcache bench staging` (same turns, st
 
 With ``--loads`` (added 2026-12-06, stop 51) it also prints each load that found blocks outside
 DRAM: the session, its think time before this turn, how many other turns arrive within a
-second, the positions of the blocks in the file tier and in S3 only, the get's time, and the
+second, the positions of the blocks in the file tier and in S3 only, the get's time, the
 stager's view of the session's plan at that moment (its blocks, cursor, blocks in flight, and
-which of the missing ones it holds as refused or queued).
+which of the missing ones it holds as refused or queued), and how many staging stores of each
+block read from S3 the DRAM and file tiers had declined by then.
 
 usage: .venv/bin/python bench/results/staging-2026-12-06-lookahead/probe.py [DRAM_SESSIONS] [--loads]
 (old code: PYTHONPATH=<worktree>/lifeboatcache_core/src:<worktree>)
@@ -34,6 +35,7 @@ TRACES = Path(__file__).resolve().parents[4] / "shared" / "traces" / "kv-cache-t
 
 outcomes: collections.Counter[tuple[str, str]] = collections.Counter()
 loads: list[dict[str, Any]] = []
+declined: collections.Counter[tuple[str, Any]] = collections.Counter()  # (tier, key): staging stores declined
 turn_now: dict[str, Any] = {}  # the turn the replay is on (``--loads``)
 
 original_store = tier_module.Tier.store
@@ -44,6 +46,8 @@ def counting_store(self: tier_module.Tier, key: Any, raw: Any, layout: Any, hint
     outcome = original_store(self, key, raw, layout, hint, evictable=evictable)
     if evictable is not None:
         outcomes[(self.name, outcome.name)] += 1
+        if outcome.name == "DECLINED":
+            declined[(self.name, key)] += 1
     return outcome
 
 
@@ -64,7 +68,9 @@ def probing_get(self: TieredCache, keys: Any, buffers: Any, *args: Any, **kwargs
                       plan=None if plan is None else {
                           "blocks": len(plan.order), "cursor": plan.cursor, "inflight": plan.inflight,
                           "refused": [i for i in outside if keys[i] in plan.refused],
-                          "queued": [i for i in outside if keys[i] in stager._queued]}))
+                          "queued": [i for i in outside if keys[i] in stager._queued]},
+                      declined_so_far={i: {t.name: declined[(t.name, keys[i])] for t in (dram, file)}
+                                       for i in s3}))
     return result
 
 
