@@ -33,7 +33,7 @@ from lifeboatcache_core.testing import (
     RecoveryHelperContract,
     backend_state_machine,
 )
-from lifeboatcache_core.testing.contracts import key
+from lifeboatcache_core.testing.contracts import RecordingSink, key
 
 
 def make_nfs(where: Path, **options: Any) -> NFSBackend:
@@ -88,7 +88,30 @@ def test_a_local_path_is_refused_unless_allowed(tmp_path: Path) -> None:
     assert f"is on {fstype} (mount point {point}), not NFS" in str(info.value)
 
 
-def test_stale_handle_is_a_miss_then_fails_fast_until_a_probe_passes(tmp_path: Path,
+def _read_by(backend: NFSBackend, how: str, k: BlockKey, dest: memoryview | None = None) -> bytes:
+    """The payload of ``k`` through ``read`` (into ``dest``) or a coding tier's ``read_payload``."""
+    if how == "read":
+        return bytes(backend.read(k, dest)[1])
+    sink = _DecodingSink(dest)
+    backend.read_payload(k, sink)
+    return sink.payload
+
+
+class _DecodingSink(RecordingSink):
+    """Writes the payload into the caller's buffer when handed it, as a tier's decoder does."""
+
+    def __init__(self, dest: memoryview | None) -> None:
+        super().__init__()
+        self.dest = dest
+
+    def end(self, payload: memoryview) -> None:
+        super().end(payload)
+        if self.dest is not None:
+            self.dest[:] = payload
+
+
+@pytest.mark.parametrize("how", ["read", "read_payload"])
+def test_stale_handle_is_a_miss_then_fails_fast_until_a_probe_passes(tmp_path: Path, how: str,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     backend = make_nfs(tmp_path)
     put(backend, key(1), b"x" * 1000)
@@ -101,17 +124,18 @@ def test_stale_handle_is_a_miss_then_fails_fast_until_a_probe_passes(tmp_path: P
 
     monkeypatch.setattr(os, "preadv", stale)
     with pytest.raises(OSError) as first:
-        backend.read(key(1))
+        _read_by(backend, how, key(1))
     assert first.value.errno == errno.ESTALE
     with pytest.raises(OSError, match="suspended until the next probe passes"):
-        backend.exists(key(1))  # fails fast: nothing touches the sick mount
+        _read_by(backend, how, key(1))  # fails fast: nothing touches the sick mount
     assert len(calls) == 1
     monkeypatch.setattr(os, "preadv", real_preadv)
     backend.probe()
-    assert bytes(backend.read(key(1))[1]) == b"x" * 1000
+    assert _read_by(backend, how, key(1)) == b"x" * 1000
 
 
-def test_hung_operation_times_out_and_never_writes_the_callers_buffer_late(tmp_path: Path,
+@pytest.mark.parametrize("how", ["read", "read_payload"])
+def test_hung_operation_times_out_and_never_writes_the_callers_buffer_late(tmp_path: Path, how: str,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     backend = make_nfs(tmp_path, op_timeout_s=0.3)
     put(backend, key(1), b"y" * 4096)
@@ -126,7 +150,7 @@ def test_hung_operation_times_out_and_never_writes_the_callers_buffer_late(tmp_p
     dest = memoryview(bytearray(4096))
     start = time.monotonic()
     with pytest.raises(OSError) as info:
-        backend.read(key(1), dest)
+        _read_by(backend, how, key(1), dest)
     assert info.value.errno == errno.ETIMEDOUT and time.monotonic() - start < 5
     assert "NFS server not responding" in str(info.value)
     release.set()  # the abandoned read finishes now ...

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import xxhash
 from lifeboatcache_backend_file.backend import FileBackend, FileConfig
-from lifeboatcache_core.abc import Backend, StreamEncoder
+from lifeboatcache_core.abc import Backend, PayloadSink, StreamEncoder
 from lifeboatcache_core.chunkfile import BlockMeta, Buffer
 from lifeboatcache_core.config import default_cache_dir
 from lifeboatcache_core.errors import TierUnavailableError
@@ -135,6 +135,15 @@ class NFSBackend(FileBackend):
             return meta, payload
         dest[:] = payload  # an abandoned read never touches the caller's buffer (see module doc)
         return meta, dest
+
+    def read_payload(self, key: BlockKey, sink: PayloadSink,
+                     stored_size: int | None = None) -> tuple[BlockMeta, int]:
+        """A coding tier's read, bounded and suspended like every other operation here. With
+        deadlines the block is read whole into a private buffer (``read``) and only then handed to
+        ``sink``, on the caller's thread: an abandoned read never decodes into the caller's buffer."""
+        if self._ops is not None:
+            return Backend.read_payload(self, key, sink, stored_size)
+        return self._run(f"read {key.hex[:16]}", lambda: FileBackend.read_payload(self, key, sink, stored_size))
 
     def exists(self, key: BlockKey) -> bool:
         return self._run(f"stat {key.hex[:16]}", lambda: FileBackend.exists(self, key))
