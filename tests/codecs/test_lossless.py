@@ -150,6 +150,22 @@ def test_format_2_is_the_default_and_beats_format_1() -> None:
     assert out == raw and stored < stored_v1
 
 
+def test_a_vllm_chunk_is_coded_one_huffman_table_per_layer() -> None:
+    """vLLM's (layer, block, page) chunk: one format-2 chunk per layer, across its pages. Each
+    chunk costs the decoder a table build, and one layer's values share a scale: a table per
+    page would only decode slower."""
+    layers, pages, page = 3, 2, 16384
+    scaled = [np.frombuffer(_kv_like(pages * page), np.uint16) + np.uint16(layer << 7) for layer in range(layers)]
+    raw = np.concatenate(scaled).tobytes()
+    layout = KVLayout("bfloat16", (layers, pages, page), ("layer", "block", "page"))
+    pieces, params = LosslessCodec().encode(memoryview(raw), layout)
+    payload = b"".join(bytes(p) for p in pieces)
+    assert int.from_bytes(payload[4:8], "little") == pages * page
+    dest = bytearray(len(raw))
+    LosslessCodec().decode(memoryview(payload), params, layout, memoryview(dest))
+    assert dest == raw
+
+
 @settings(max_examples=60, deadline=None)
 @given(cut=st.integers(0, 10_000), flips=st.lists(st.tuples(st.integers(0, 10**9), st.integers(1, 255)), max_size=4))
 def test_damaged_format_2_payload_is_corrupt_never_a_crash(cut: int, flips: list[tuple[int, int]]) -> None:
