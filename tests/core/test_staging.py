@@ -392,6 +392,68 @@ def test_a_plan_from_the_policys_estimate_keeps_no_claim_on_refused_room(stack: 
     assert all(in_tier(cache, "dram", b))
 
 
+def test_a_plan_from_the_policys_estimate_takes_free_room_only(stack: Callable[..., TieredCache]) -> None:
+    """A hint may displace the policy's victims (held below); a policy's estimate may not: it misses
+    by about as much as staging leads a return (bench staging --estimate: displacing for it cost
+    the top tier points of returning sessions' blocks against no staging)."""
+    cache = stack(dram_blocks=6)  # write-through: every block is in the file tier too
+    a, _ = session(cache, "a", 6, start=0)
+    b, _ = session(cache, "b", 6, start=100)  # DRAM holds b; a is in the file tier only
+    soon = cache.stager.clock() + 0.5
+    policy = cache.all_tiers[1].policy
+    policy.expected_return = lambda tag: soon if tag == "a" else None  # type: ignore[attr-defined]
+    reads = cache.all_tiers[1].stats.hits
+    cache.stager.wake()
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert cache.stager.sessions()["a"]["hinted"] is False
+    assert all(in_tier(cache, "dram", b)), "an estimated plan displaced blocks from the top tier"
+    assert not any(in_tier(cache, "dram", a))
+    assert counters(cache)["staged_bytes"] == 0
+    assert cache.all_tiers[1].stats.hits == reads, "read blocks that no tier had room for"
+
+
+def test_a_plan_from_the_policys_estimate_makes_no_tier_keep_its_blocks(stack: Callable[..., TieredCache]) -> None:
+    """A hinted plan has the stage tier keep the blocks it holds already (``Tier.expect``) until the
+    session is back; a plan from an estimate may not: keeping them displaces other blocks."""
+    cache = stack()
+    a, _ = session(cache, "a", 4, start=0)  # in DRAM already (and in the file tier)
+    dram = cache.all_tiers[0]
+    kept: list[BlockKey] = []
+    expect = dram.expect
+    dram.expect = lambda ks: (kept.extend(ks), expect(ks))[1]  # type: ignore[method-assign]
+    soon = cache.stager.clock() + 0.5
+    policy = cache.all_tiers[1].policy
+    policy.expected_return = lambda tag: soon if tag == "a" else None  # type: ignore[attr-defined]
+    cache.stager.wake()
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert cache.stager.sessions()["a"]["hinted"] is False
+    assert not kept, "an estimated plan had the tier keep its blocks"
+    cache.stage("a", 0.5)
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert sorted(kept) == sorted(a)
+
+
+def test_a_staging_read_is_no_use_of_the_block_where_it_was_read(stack: Callable[..., TieredCache]) -> None:
+    """The stager's copy up is not the engine's read: the source tier counts no hit and its policy
+    no use (EpiCache learns a session's rhythm from uses: a staging read would be a visit that
+    never happened, and move the session's next expected return)."""
+    cache = stack()
+    a, _ = session(cache, "a", 4, start=0)
+    cache.all_tiers[0].discard(a)  # a is in the file tier only
+    nvme = cache.all_tiers[1]
+    used: list[BlockKey] = []
+    touch = nvme.policy.touch
+    nvme.policy.touch = lambda key: (used.append(key), touch(key))[1]  # type: ignore[method-assign]
+    hits = nvme.stats.hits
+    cache.stage("a", 0.0)
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", a))
+    assert nvme.stats.hits == hits and not used, "the stager's reads counted as the engine's"
+    assert nvme.stats.bytes_read > 0
+    assert all(cache.get(a, [bytearray(BLOCK) for _ in a]))  # the engine's read of the staged copies: DRAM
+    assert nvme.stats.hits == hits
+
+
 @pytest.fixture
 def slow_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[set[BlockKey], threading.Event, threading.Event]]:
     """File-tier reads of the keys in ``slow`` block until ``go`` is set; ``entered`` says one is waiting."""

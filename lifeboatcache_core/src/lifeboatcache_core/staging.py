@@ -13,8 +13,8 @@ write pool, not when it was queued: a copy the engine read meanwhile is kept and
 
 Rules it keeps:
 
-- **Never a miss for a hit.** A staging store may only use free room or evict a block that
-  the tier's policy picks anyway *and* that stays in the cache below (a lower tier holds it),
+- **Never a miss for a hit.** A staging store may only use free room or, for a hinted plan,
+  evict a block that the tier's policy picks anyway *and* that stays in the cache below (a lower tier holds it),
   and never a block of a session expected back no later than the one being staged
   (``_evictable``), nor a block a get now under way asked for (``observe_get`` until
   ``observe_read_done``: a session that just arrived would otherwise lose its blocks to the
@@ -94,7 +94,7 @@ class StagingTier(Protocol):
 
     def presence(self, key: BlockKey) -> bool | None: ...
 
-    def fetch(self, key: BlockKey, dest: memoryview) -> Any: ...
+    def fetch(self, key: BlockKey, dest: memoryview, *, use: bool = True) -> Any: ...
 
     def store(self, key: BlockKey, raw: memoryview, layout: KVLayout | None, hint: BlockHint | None, *,
               evictable: Callable[[BlockKey], bool] | None = None) -> StoreOutcome: ...
@@ -102,6 +102,8 @@ class StagingTier(Protocol):
     def discard(self, keys: Sequence[BlockKey]) -> int: ...
 
     def expect(self, keys: Sequence[BlockKey]) -> None: ...
+
+    def has_room(self, raw_len: int) -> bool: ...
 
 
 @dataclass
@@ -498,11 +500,12 @@ class Stager:
         """The next block worth staging now, earliest expected session first (caller holds ``_lock``,
         which the engine-facing ``observe_*`` calls take too: no pass over a plan's blocks here).
 
-        A block due now that a stage tier holds already, with no stage tier above it, is added to
-        ``expected`` under that tier's name, for ``Tier.expect``: it must last until its session
-        arrives as a staged copy would (bench staging, DRAM of two sessions: sessions found such
-        blocks evicted by the stores between the plan's start and their arrival, and read them
-        from S3).
+        A block of a hinted plan due now that a stage tier holds already, with no stage tier above
+        it, is added to ``expected`` under that tier's name, for ``Tier.expect``: it must last until
+        its session arrives as a staged copy would (bench staging, DRAM of two sessions: sessions
+        found such blocks evicted by the stores between the plan's start and their arrival, and
+        read them from S3). Not for a plan from the policy's estimate: keeping its blocks would
+        displace others, which such a plan may not (``_evictable``).
         """
         plans = sorted(((tag, plan) for tag, plan in self._plans.items()
                         if tag in self._sessions and plan.eta + self.grace_s >= now), key=lambda item: item[1].eta)
@@ -518,7 +521,7 @@ class Stager:
                 for key in [k for k in plan.refused if k not in self._queued]:  # a queued one is still refusing
                     plan.refused.remove(key)
                     block = self._block(key)
-                    route = _route(tiers, key, expected) if block is not None else None
+                    route = _route(tiers, key, expected if plan.hinted else {}) if block is not None else None
                     if route is not None:
                         return tag, key, block, route[0], route[1], plan, True
             while plan.cursor < len(plan.order):
@@ -527,7 +530,7 @@ class Stager:
                 block = self._block(key)
                 if block is None or key in self._queued:
                     continue
-                route = _route(tiers, key, expected)
+                route = _route(tiers, key, expected if plan.hinted else {})
                 if route is not None:
                     return tag, key, block, route[0], route[1], plan, False
         return None
@@ -555,7 +558,18 @@ class Stager:
 
     def _submit(self, tag: str, key: BlockKey, block: _Block, source: StagingTier,
                 targets: list[StagingTier], plan: _Plan) -> None:
-        """Read on the source tier's read pool, then store on each target's write pool."""
+        """Read on the source tier's read pool, then store on each target's write pool.
+
+        A plan from the policy's estimate takes free room only (``_evictable``), so its block is
+        not read at all where no target has the room now: the read would only be thrown away,
+        and on a remote tier it takes a request and bandwidth from the engine's own loads (on
+        ``bench staging --estimate``, DRAM of two sessions, every such read was).
+        """
+        if not plan.hinted:
+            targets = [t for t in targets if t.has_room(block.nbytes)]
+            if not targets:
+                self._finished(key, plan, source, None)
+                return
         def stores(data: bytearray) -> None:
             remaining = [len(targets)]
 
@@ -564,7 +578,7 @@ class Stager:
                     if target.presence(key) is True:
                         return
                     if target.store(key, memoryview(data), block.layout, block.hint,
-                                    evictable=lambda victim: self._evictable(victim, target, tag, plan.eta)):
+                                    evictable=lambda victim: self._evictable(victim, target, tag, plan)):
                         self._record(tag, key, block.nbytes, target.name, plan.eta)
                     elif plan.hinted and target.up and target.presence(key) is not True:
                         self._refused(key, plan)  # a policy's estimate is not worth the room: dropped
@@ -585,7 +599,7 @@ class Stager:
         def read() -> None:
             data = bytearray(block.nbytes)
             try:
-                found = source.fetch(key, memoryview(data)) is not None
+                found = source.fetch(key, memoryview(data), use=False) is not None
             except Exception:
                 log.exception("stager: reading %s from tier %s failed", key.hex[:16], source.name)
                 found = False
@@ -598,13 +612,15 @@ class Stager:
         except RuntimeError:
             self._finished(key, plan, source, submitted)
 
-    def _finished(self, key: BlockKey, plan: _Plan, source: StagingTier, submitted: float) -> None:
-        seconds = (time.monotonic() - submitted) / max(1, int(source.cfg.io_threads * self.thread_share))
+    def _finished(self, key: BlockKey, plan: _Plan, source: StagingTier, submitted: float | None) -> None:
+        """A block's staging is over; ``submitted``: when its read was queued (None: it never was)."""
         with self._lock:
             self._inflight -= 1
             self._reading[source.name] -= 1
-            old = self._block_s.get(source.name)
-            self._block_s[source.name] = seconds if old is None else 0.8 * old + 0.2 * seconds
+            if submitted is not None:
+                seconds = (time.monotonic() - submitted) / max(1, int(source.cfg.io_threads * self.thread_share))
+                old = self._block_s.get(source.name)
+                self._block_s[source.name] = seconds if old is None else 0.8 * old + 0.2 * seconds
             plan.inflight -= 1
             self._queued.discard(key)
         self._wake.set()
@@ -646,17 +662,22 @@ class Stager:
 
     # ------------------------------------------------------------------ policy decisions
 
-    def _evictable(self, victim: BlockKey, tier: StagingTier, tag: str, eta: float) -> bool:
-        """May a staging store into ``tier`` evict ``victim`` (the policy's pick)? Called under the tier's lock.
+    def _evictable(self, victim: BlockKey, tier: StagingTier, tag: str, plan: _Plan) -> bool:
+        """May a staging store into ``tier`` for ``plan`` evict ``victim`` (the policy's pick)? Called
+        under the tier's lock.
 
-        Only when a lower tier still holds the victim (evicting it costs a slower hit, never a
-        miss) and its session is not expected back before the one being staged (nor is it a
-        block that session's own return will read, or a block staged for an earlier return). A
-        block of an earlier prompt of the same session that branched off its latest one is not
-        expected back, like any other block the policy picks.
+        Only for a hinted plan: a policy's own estimate misses by about as much as staging leads
+        a return, so a plan from it takes free room only (displacing blocks for it cost the top
+        tier 6-12 points of returning sessions' blocks on ``bench staging --estimate``). Only when
+        a lower tier still holds the victim (evicting it costs a slower hit, never a miss) and its
+        session is not expected back before the one being staged (nor is it a block that session's
+        own return will read, or a block staged for an earlier return). A block of an earlier
+        prompt of the same session that branched off its latest one is not expected back, like
+        any other block the policy picks.
         """
-        if not _held_below(self._tiers(), victim, tier):
+        if not plan.hinted or not _held_below(self._tiers(), victim, tier):
             return False
+        eta = plan.eta
         with self._lock:
             if victim in self._being_read:  # a get is about to read it here: it would read it below
                 return False

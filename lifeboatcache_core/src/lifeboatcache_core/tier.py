@@ -811,8 +811,13 @@ class Tier:
 
     # ------------------------------------------------------------------ get
 
-    def fetch(self, key: BlockKey, dest: memoryview) -> BlockMeta | None:
-        """Read, verify and decode ``key`` into ``dest``; None (a miss) on any failure."""
+    def fetch(self, key: BlockKey, dest: memoryview, *, use: bool = True) -> BlockMeta | None:
+        """Read, verify and decode ``key`` into ``dest``; None (a miss) on any failure.
+
+        ``use=False`` for a read that is not the engine's (the stager copying a block up): its
+        bytes count as read, but it is no hit and no use, so the policy's recency and the return
+        rhythm it learns (EpiCache: a visit is a touch) follow the engine's reads only.
+        """
         backend = self.backend
         if not self.up or backend is None:
             return None
@@ -828,7 +833,7 @@ class Tier:
             self._read_failed(key, exc)
             return None
         self._count_reads([(key, stored, stored_len)],
-                          [key] if meta.codec == RAW_CODEC and self._learns_raw() else ())
+                          [key] if meta.codec == RAW_CODEC and self._learns_raw() else (), use=use)
         return meta
 
     def fetch_many(self, keys: Sequence[BlockKey], dests: Sequence[memoryview]) -> list[BlockMeta | None]:
@@ -978,9 +983,10 @@ class Tier:
         else:
             raise exc
 
-    def _count_reads(self, found: list[tuple[BlockKey, int | None, int]], raw: Sequence[BlockKey] = ()) -> None:
+    def _count_reads(self, found: list[tuple[BlockKey, int | None, int]], raw: Sequence[BlockKey] = (),
+                     *, use: bool = True) -> None:
         """Account blocks read (key, size the index had, stored size read), under one hold of the lock;
-        ``raw``: those of them now known to be stored raw (``_learns_raw``)."""
+        ``raw``: those of them now known to be stored raw (``_learns_raw``); ``use``: see ``fetch``."""
         held: list[BlockKey] = []
         with self.lock:
             now = time.monotonic()
@@ -995,11 +1001,12 @@ class Tier:
                     self.policy.insert(key, stored_len, None)
                 # evicted or discarded while it was read: the bytes served are right, but they are
                 # deleted now, so the key must not come back into the index (a block it does not hold)
-                if key in self.index:
+                if use and key in self.index:
                     self.policy.touch(key)
                     self._prefixes.used(key, now)
                     held.append(key)
-                self.stats.hits += 1
+                if use:
+                    self.stats.hits += 1
                 self.stats.bytes_read += self.index.get(key, stored or 0)
         if self.manifest is not None:
             for key in held:
@@ -1164,6 +1171,16 @@ class Tier:
         """What :meth:`_free` says, 0 for a tier that is down (it takes nothing)."""
         backend = self.backend
         return self._free(backend) if self.up and backend is not None else 0
+
+    def has_room(self, raw_len: int) -> bool:
+        """Whether a block of ``raw_len`` raw bytes would fit now without an eviction, on the size
+        ``store`` reserves for it. Unlocked and not a reservation: for a caller deciding whether to
+        read a block at all (the stager, for a plan that may take free room only)."""
+        backend = self.backend
+        if not self.up or backend is None:
+            return False
+        expected = self._expected_payload(self._codec_now(backend).tag, raw_len) + BLOCK_OVERHEAD
+        return self._free(backend) >= expected
 
     def _codec_for(self, tag: str) -> Codec:
         codec = self._codecs.get(tag)
