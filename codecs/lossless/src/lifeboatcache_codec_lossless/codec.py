@@ -306,7 +306,7 @@ def chunk_elements(layout: KVLayout | None, elements: int) -> int:
     tables for smaller units do, and every chunk costs its decoder a table read and a lookup
     table build (~7 us a chunk, a quarter of decoding a 48 Ki-element chunk). On SmolLM2 bf16 KV
     in vLLM's (layer, block, page) layout of a 256-token chunk, one table per layer (98,304
-    elements) against one per 128-token page: ratio 1.4655 against 1.4653, decode 1.2x faster.
+    elements) against one per 128-token page: ratio 1.4655 against 1.4653, decode 1.1-1.2x faster.
     The unit is the axes after the last "layer" axis where they hold at least ``MIN_UNIT``
     elements; otherwise the shortest run of trailing axes that does (for the benchmark's (kv,
     layer, token, head, dim) both are one layer's K or V: 1.488x against 1.482x with fixed
