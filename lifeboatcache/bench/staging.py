@@ -233,41 +233,50 @@ def think_times(turns: list[Turn]) -> list[float]:
     return [t.next_at - t.at for t in turns if t.next_at is not None]
 
 
-def run_staging_bench(turns: list[Turn], *, block_bytes: int, dram_sessions: float, file_sessions: float,
-                      latency_ms: float, mb_s: float, work: Path, estimate: bool = False) -> dict[str, Any]:
-    """Start moto and the shaped proxy, replay with staging off then on; the whole report.
-
-    ``estimate``: EpiCache on every tier in both runs and no hints (the policy's estimate mode).
-    """
+def _replay_on_own_s3(turns: list[Turn], root: Path, *, staging: bool, estimate: bool, block_bytes: int,
+                      dram_bytes: int, file_bytes: int, latency_ms: float, mb_s: float) -> dict[str, Any]:
+    """One replay on a fresh moto server behind a fresh proxy shaped like a remote store."""
     import boto3
 
     from lifeboatcache.loopback import FaultProxy, MotoServer
 
+    creds = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+    root.mkdir(parents=True, exist_ok=True)
+    moto = MotoServer(root, env=creds)
+    proxy = FaultProxy(moto.port).start()
+    try:
+        proxy.shape(latency_ms / 1000.0, mb_s * MB)
+        client = boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1",
+                              aws_access_key_id="bench", aws_secret_access_key="bench")
+        bucket = f"staging-{'on' if staging else 'off'}-{os.getpid()}"
+        client.create_bucket(Bucket=bucket)
+        s3 = {"url": f"s3://{bucket}/kv", "endpoint_url": f"http://127.0.0.1:{proxy.port}",
+              "region": "us-east-1", "access_key_id": "bench", "secret_access_key": "bench",
+              "max_pool_connections": 64}
+        config = stack_config(root, s3=s3, dram_bytes=dram_bytes, file_bytes=file_bytes, staging=staging,
+                              policy="epicache" if estimate else "lru")
+        return replay(turns, config, block_bytes=block_bytes, staging=staging, hints=not estimate)
+    finally:
+        proxy.stop()
+        moto.stop()
+
+
+def run_staging_bench(turns: list[Turn], *, block_bytes: int, dram_sessions: float, file_sessions: float,
+                      latency_ms: float, mb_s: float, work: Path, estimate: bool = False) -> dict[str, Any]:
+    """Replay with staging off then on, each on an S3 server and shaped proxy of its own; the whole report.
+
+    One server each, so that the two replays differ only in staging: the on replay used to run
+    on the server the off replay had filled.
+    ``estimate``: EpiCache on every tier in both runs and no hints (the policy's estimate mode).
+    """
     distinct = len({c for t in turns for c in t.chunks})
     unit = session_chunks(turns)
     dram_bytes = max(1, int(dram_sessions * unit)) * (block_bytes + 4096) + 8192
     file_bytes = max(1, int(file_sessions * unit)) * (block_bytes + 8192) + 16384
-    creds = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
-    moto = MotoServer(work, env=creds)
-    proxy = FaultProxy(moto.port).start()
-    proxy.shape(latency_ms / 1000.0, mb_s * MB)
-    client = boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1",
-                          aws_access_key_id="bench", aws_secret_access_key="bench")
-    runs = []
-    try:
-        for staging in (False, True):
-            bucket = f"staging-{'on' if staging else 'off'}-{os.getpid()}"
-            client.create_bucket(Bucket=bucket)
-            s3 = {"url": f"s3://{bucket}/kv", "endpoint_url": f"http://127.0.0.1:{proxy.port}",
-                  "region": "us-east-1", "access_key_id": "bench", "secret_access_key": "bench",
-                  "max_pool_connections": 64}
-            root = work / ("on" if staging else "off")
-            config = stack_config(root, s3=s3, dram_bytes=dram_bytes, file_bytes=file_bytes, staging=staging,
-                                  policy="epicache" if estimate else "lru")
-            runs.append(replay(turns, config, block_bytes=block_bytes, staging=staging, hints=not estimate))
-    finally:
-        proxy.stop()
-        moto.stop()
+    runs = [_replay_on_own_s3(turns, work / ("on" if staging else "off"), staging=staging, estimate=estimate,
+                              block_bytes=block_bytes, dram_bytes=dram_bytes, file_bytes=file_bytes,
+                              latency_ms=latency_ms, mb_s=mb_s)
+            for staging in (False, True)]
     return {
         "mode": "estimate (epicache, no hints)" if estimate else "hints (lru)",
         "policy": "epicache" if estimate else "lru",
