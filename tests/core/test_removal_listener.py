@@ -69,3 +69,21 @@ def test_cache_discard_removes_from_every_tier_without_demoting_and_is_heard(tmp
         assert cache.exists(ks[:2]) == [False, False]
         assert sorted(heard) == sorted(ks[:2])
         assert cache.discard([]) == 0
+
+
+def test_a_tiers_removal_hook_hears_every_namespace(tmp_path: Path) -> None:
+    """``Tier.on_removed`` (the cache's stager) hears every batch a tier removes, whatever its
+    namespace: the stager's plans span the namespaces of all engines sharing the cache."""
+    heard: list[tuple[str, BlockKey]] = []
+    other = keys(1, namespace="otherns", start=1000)
+    with open_cache(tmp_path, file_tier(tmp_path / "t", CAPACITY_GB)) as cache:
+        tier = cache.tiers[0]
+        tier.on_removed = lambda t, gone: heard.extend((t.name, k) for k in gone)
+        assert cache.put(other, blobs(1, BLOCK)) == [True]
+        for i in range(20):  # 5 MiB through a 4 MiB tier: the oldest go
+            assert cache.put(keys(1, start=i), blobs(1, BLOCK)) == [True]
+        evicted = [k for k in other + keys(20) if not cache.exists([k])[0]]
+        assert other[0] in evicted and {k for _, k in heard} == set(evicted)
+        heard.clear()
+        tier.discard(keys(1, start=19))
+        assert heard == [(tier.name, keys(1, start=19)[0])]

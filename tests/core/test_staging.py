@@ -11,6 +11,7 @@ import contextlib
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -285,6 +286,76 @@ def test_a_plan_keeps_the_blocks_the_top_tier_holds_already(stack: Callable[...,
 
     assert all(in_tier(cache, "dram", a)), "the returning session's blocks left before it came back"
     assert not any(in_tier(cache, "dram", b)) and all(in_tier(cache, "nvme", b))
+
+
+def wait_until(check: Callable[[], bool]) -> bool:
+    """Poll ``check`` until it holds or TIMEOUT passes (for what the stager does with no caller waiting)."""
+    deadline = time.monotonic() + TIMEOUT
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_block_the_top_tier_drops_after_its_plan_passed_it_is_staged_again_at_once(
+        stack: Callable[..., TieredCache]) -> None:
+    """A plan passes the blocks the top tier holds already (nothing to stage). When that tier
+    drops one before the session is back (an engine's store evicted it), the removal itself
+    wakes the stager and the plan stages it again; no timed pass comes here (``poll_s`` an
+    hour). Before, the plan's cursor had passed it for good (bench staging: sessions due back
+    within a second read such blocks from S3)."""
+    cache = stack()
+    cache.stager.poll_s = 3600.0
+    a, _ = session(cache, "a", 6, start=0)  # in DRAM and, write-through, in the file tier
+    cache.stager.lead_s = 120.0  # a, back in a minute, is due for staging now
+    cache.stage("a", 60.0)
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", a)) and counters(cache)["staged_bytes"] == 0
+
+    cache.all_tiers[0].discard(a[2:4])
+
+    assert wait_until(lambda: all(in_tier(cache, "dram", a))), "the dropped blocks stayed below"
+    assert counters(cache)["staged_bytes"] == 2 * BLOCK
+
+
+def test_the_stager_wakes_when_a_plan_must_start_not_at_its_next_timed_pass(
+        stack: Callable[..., TieredCache]) -> None:
+    """A plan begins ``lead_s`` before its return; the stager sleeps until then, not for a whole
+    ``poll_s``, which ate most of the lead (bench staging: 250 ms of a 500 ms lead)."""
+    cache = stack()
+    cache.stager.poll_s = 3600.0
+    a, _ = session(cache, "a", 4, start=0)
+    cache.all_tiers[0].discard(a)
+    cache.stager.lead_s = 0.5
+
+    cache.stage("a", 1.0)  # its staging is due in half a second
+
+    assert wait_until(lambda: all(in_tier(cache, "dram", a))), "the plan waited for a timed pass"
+
+
+def test_a_staging_store_overrules_the_prefix_guard_for_sessions_back_later(
+        stack: Callable[..., TieredCache]) -> None:
+    """The prefix guard keeps the heads of active sessions from deeper blocks; it knows no return
+    times. A hinted plan may take such a head when its session is back later than the plan's
+    (a lower tier still holds it); a session with no plan stays the guard's
+    (``test_staging_looks_past_the_victims_it_may_not_take``). Before, a file tier kept every
+    head and sessions due back within a second found their deep blocks in S3 only."""
+    cache = stack(dram_blocks=6, dram={"keep_prefixes": True})
+    a, _ = session(cache, "a", 3, start=0, depth=3)
+    cache.all_tiers[0].discard(a)  # a is in the file tier only
+    b, _ = session(cache, "b", 3, start=100)  # heads: the guard keeps them from a's deeper blocks
+    c, _ = session(cache, "c", 3, start=200)
+    assert all(in_tier(cache, "dram", b + c))
+    cache.stager.lead_s = 120.0
+    cache.stage("b", 600.0)  # b and c are back in ten minutes (their staging not due yet)
+    cache.stage("c", 600.0)
+
+    cache.stage("a", 60.0)  # a in one
+    assert cache.stager.wait_idle(TIMEOUT)
+
+    assert all(in_tier(cache, "dram", a)), "the guard kept the heads of sessions back later"
+    assert all(in_tier(cache, "nvme", b + c)), "the heads taken still hit below"
 
 
 def branch(cache: TieredCache, tag: str, head: list[BlockKey], n: int, start: int) -> list[BlockKey]:

@@ -110,6 +110,10 @@ class TieredCache:
         self.registry = registry or get_registry()
         self._seed = seed
         self._removal_listeners: dict[str, Callable[[list[BlockKey]], None]] = {}
+        self.telemetry = CacheStats()
+        #: predictive staging into ``stage = true`` tiers (:mod:`lifeboatcache_core.staging`); before
+        #: the tiers, which tell it what they remove
+        self.stager = Stager(lambda: self.tiers, self.telemetry.add)
         self.all_tiers: list[Tier] = [self.make_tier(tc) for tc in self.config.tiers]
         self._digest_bytes: dict[str, int | None] = {}
         self._namespaces: dict[str, dict[str, Any]] = {}
@@ -121,9 +125,6 @@ class TieredCache:
         self._closed = threading.Event()
         self._background_index = background_index
         self._config_lock = threading.Lock()
-        self.telemetry = CacheStats()
-        #: predictive staging into ``stage = true`` tiers (:mod:`lifeboatcache_core.staging`)
-        self.stager = Stager(lambda: self.tiers, self.telemetry.add)
         self.stager.configure(self.config.staging)
         self.last_reconfiguration: Reconfiguration | None = None
         for tier in self.all_tiers:
@@ -151,7 +152,8 @@ class TieredCache:
         ``apply_config`` is the same kind of tier it would be at start.
         """
         # one dict of removal listeners: a tier added later hears the same ones
-        return Tier(tc, self.registry, seed=self._seed, removal_listeners=self._removal_listeners)
+        return Tier(tc, self.registry, seed=self._seed, removal_listeners=self._removal_listeners,
+                    on_removed=self.stager.observe_removed)
 
     def listen_removed(self, namespace_id: str, listener: Callable[[list[BlockKey]], None] | None) -> None:
         """Call ``listener`` with batches of this namespace's keys that a tier no longer holds.

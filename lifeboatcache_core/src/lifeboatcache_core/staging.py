@@ -97,7 +97,7 @@ class StagingTier(Protocol):
     def fetch(self, key: BlockKey, dest: memoryview, *, use: bool = True) -> Any: ...
 
     def store(self, key: BlockKey, raw: memoryview, layout: KVLayout | None, hint: BlockHint | None, *,
-              evictable: Callable[[BlockKey], bool] | None = None) -> StoreOutcome: ...
+              evictable: Callable[[BlockKey], bool | None] | None = None) -> StoreOutcome: ...
 
     def discard(self, keys: Sequence[BlockKey]) -> int: ...
 
@@ -223,6 +223,10 @@ class Stager:
         #: back): a plan's refused blocks are tried again then, not in a loop of futile reads
         self._room = 0
         self._estimated_at = float("-inf")
+        #: the earliest start (``_latest_starts``) of a plan not begun, as the last pass saw it: the
+        #: stager sleeps no longer than until then (a start missed by a timed pass's ``poll_s`` is
+        #: lead time lost)
+        self._next_start = float("inf")
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._idle = threading.Condition()
@@ -345,6 +349,31 @@ class Stager:
             self._room += 1
             refused = any(plan.refused for plan in self._plans.values())
         if refused:
+            self._wake.set()
+
+    def observe_removed(self, tier: StagingTier, keys: Sequence[BlockKey]) -> None:
+        """``tier`` no longer holds ``keys`` (``Tier.on_removed``, on the thread that removed them).
+
+        A plan's cursor passes a block a stage tier held already (nothing to stage); when that
+        tier evicts it before the session is back (an engine's store, another plan's staging),
+        the plan must look at it again, and at once: left to the next timed pass, the session
+        arrived to read it from the slowest tier (bench staging, DRAM of two sessions: all three
+        loads from S3 in a run). Only the session that stored a block is asked (``_session_of``):
+        one dictionary lookup per removed block, whatever the number of plans.
+        """
+        if not tier.cfg.stage or not self._plans:
+            return
+        rewound = False
+        with self._lock:
+            for key in keys:
+                plan = self._plans.get(self._session_of.get(key, ""))
+                if plan is None or key not in plan.wanted or key in self._queued:
+                    continue
+                at = plan.order.index(key)
+                if at < plan.cursor:
+                    plan.cursor = at
+                    rewound = True
+        if rewound:
             self._wake.set()
 
     # ------------------------------------------------------------------ hints
@@ -477,6 +506,7 @@ class Stager:
             if tier.name in expected:
                 tier.expect(expected[tier.name])
         with self._lock:
+            wait = min(wait, max(0.0, self._next_start - now))
             mono = time.monotonic()
             for plan in self._plans.values():  # a timed retry still to come: not idle yet
                 if plan.refused and plan.retry_at < float("inf"):
@@ -509,8 +539,10 @@ class Stager:
         """
         plans = sorted(((tag, plan) for tag, plan in self._plans.items()
                         if tag in self._sessions and plan.eta + self.grace_s >= now), key=lambda item: item[1].eta)
+        self._next_start = float("inf")
         for (tag, plan), start in zip(plans, self._latest_starts([plan for _, plan in plans]), strict=True):
             if now < start and not plan.started:
+                self._next_start = min(self._next_start, start)
                 continue
             plan.started = True
             if plan.refused and (plan.refused_at != self._room or time.monotonic() >= plan.retry_at):
@@ -662,9 +694,13 @@ class Stager:
 
     # ------------------------------------------------------------------ policy decisions
 
-    def _evictable(self, victim: BlockKey, tier: StagingTier, tag: str, plan: _Plan) -> bool:
+    def _evictable(self, victim: BlockKey, tier: StagingTier, tag: str, plan: _Plan) -> bool | None:
         """May a staging store into ``tier`` for ``plan`` evict ``victim`` (the policy's pick)? Called
-        under the tier's lock.
+        under the tier's lock. None: the stager knows of no return of the victim's session (no
+        plan), and leaves the victim to the tier's prefix guard (``Tier._reserve``); True and
+        False overrule the guard, which knows no return times: it kept the heads of sessions due
+        back later from the deep blocks of one due back within a second (bench staging, file
+        tier: such blocks stayed in S3 only, and their session read them from there).
 
         Only for a hinted plan: a policy's own estimate misses by about as much as staging leads
         a return, so a plan from it takes free room only (displacing blocks for it cost the top
@@ -683,14 +719,16 @@ class Stager:
                 return False
             owner = self._session_of.get(victim)
             if owner is None:
-                return True
+                return None
             plan = self._plans.get(owner)
             if owner == tag and (plan is None or victim in plan.wanted):
                 return False
             if owner != tag and plan is not None and plan.eta <= eta and victim in plan.wanted:
                 return False
             staged = self._staged.get(victim)
-            return staged is None or staged.taking_back or staged.deadline > eta + self.grace_s
+            if staged is not None and not staged.taking_back and staged.deadline <= eta + self.grace_s:
+                return False
+            return True if plan is not None else None
 
     # ------------------------------------------------------------------ estimates, expiry
 

@@ -88,7 +88,8 @@ class Tier:
     """A configured tier. All methods are thread-safe; I/O happens outside ``lock``."""
 
     def __init__(self, cfg: TierConfig, registry: PluginRegistry, *, seed: int = 0,
-                 removal_listeners: dict[str, Callable[[list[BlockKey]], None]] | None = None) -> None:
+                 removal_listeners: dict[str, Callable[[list[BlockKey]], None]] | None = None,
+                 on_removed: Callable[[Tier, list[BlockKey]], None] | None = None) -> None:
         self.cfg = cfg
         self.name = cfg.label
         self.backend_name = cfg.backend
@@ -123,6 +124,10 @@ class Tier:
         #: set aside), off the engine's thread; ``TieredCache`` shares one dict with all its tiers
         self.removal_listeners: dict[str, Callable[[list[BlockKey]], None]] = (
             {} if removal_listeners is None else removal_listeners)
+        #: called with this tier and every batch of keys it no longer holds, whatever their
+        #: namespace (``TieredCache``: the stager, whose plans must look again at blocks they
+        #: counted as staged), off the engine's thread like ``removal_listeners``
+        self.on_removed = on_removed
         # keep_prefixes: prefix depth of blocks stored with one, their last uses, return gaps
         self._prefixes = PrefixGuard(cfg.keep_prefixes_idle_s)
         #: (when, keys) used above this tier since the policy last chose a victim (``touch``)
@@ -287,7 +292,7 @@ class Tier:
         with self.lock:
             for key in keys:
                 self._forget(key)
-        if keys and self.removal_listeners:
+        if keys:
             self._tell_removed(keys)
 
     def set_aside(self, key: BlockKey, reason: str) -> None:
@@ -480,11 +485,11 @@ class Tier:
     # ------------------------------------------------------------------ put
 
     def store(self, key: BlockKey, raw: memoryview, layout: KVLayout | None, hint: BlockHint | None, *,
-              evictable: Callable[[BlockKey], bool] | None = None) -> StoreOutcome:
+              evictable: Callable[[BlockKey], bool | None] | None = None) -> StoreOutcome:
         """Encode and store one block; what happened, never an exception (``StoreOutcome``:
         truthy when the tier holds the block now, stored or already held).
 
-        ``evictable`` (a stager's store) vetoes victims: the block then goes only into free room
+        ``evictable`` (a stager's store) judges victims: the block then goes only into free room
         or over victims it accepts, and never waits for in-flight writes (see ``_reserve``).
         """
         backend = self.backend
@@ -611,7 +616,7 @@ class Tier:
         return raw_len if raw_total == 0 else -(-raw_len * payload // raw_total)
 
     def _settle_reservation(self, key: BlockKey, reserved: int, needed: int, backend: Backend,
-                            depth: int | None, evictable: Callable[[BlockKey], bool] | None) -> int | None:
+                            depth: int | None, evictable: Callable[[BlockKey], bool | None] | None) -> int | None:
         """Turn a reservation made on an expected size into one of the ``needed`` bytes the
         encoded block takes: give back what is over, reserve what is short (None, with the first
         reservation given back too, when that is declined). The bytes reserved now."""
@@ -649,7 +654,7 @@ class Tier:
 
     def _reserve(self, key: BlockKey, estimate: int, backend: Backend,
                  depth: int | None = None,
-                 evictable: Callable[[BlockKey], bool] | None = None,
+                 evictable: Callable[[BlockKey], bool | None] | None = None,
                  held: int = 0) -> list[tuple[BlockKey, int]] | None:
         """Pick victims so that ``estimate`` more bytes fit; reserve them. None: cannot fit.
 
@@ -659,10 +664,11 @@ class Tier:
         than sessions take to return (``PrefixGuard.protects``); at the first that is neither the incoming
         block is declined (``stats.declined``) and nothing waits. Deeper victims taken before
         that stay evicted: their space serves the next store. ``evictable`` (a staging store)
-        vetoes victims too; such a store looks past a victim either refuses and takes the first
-        of the policy's next picks both accept (``_next_evictable``), declining only when there
-        is none (not counted in ``stats.declined``), and never waits: staging must not hold a
-        thread.
+        judges each victim first: True takes it and False keeps it whatever the guard says (the
+        stager knows when its session is back), None leaves it to the guard. Such a store looks
+        past a victim it may not take to the first of the policy's next picks it may
+        (``_next_evictable``), declining only when there is none (not counted in
+        ``stats.declined``), and never waits: staging must not hold a thread.
         ``held``: bytes this store has reserved already (``_settle_reservation``): they count as
         taken, but are never waited for (they land only after this call returns).
         """
@@ -677,9 +683,10 @@ class Tier:
         refused: set[BlockKey] = set()  # victims vetoed, by ``evictable`` or the prefix guard
 
         def accepts(victim: BlockKey) -> bool:
-            if depth is not None and self._prefixes.protects(victim, depth, time.monotonic()):
-                return False
-            return evictable is None or evictable(victim)
+            verdict = None if evictable is None else evictable(victim)
+            if verdict is not None:
+                return verdict
+            return depth is None or not self._prefixes.protects(victim, depth, time.monotonic())
 
         freed = 0
         deadline = time.monotonic() + RESERVE_WAIT_S
@@ -763,13 +770,19 @@ class Tier:
         for failure in backend.delete_many([key for key, _size in victims]):
             if failure is not None:
                 self._io_error(failure)
-        if self.removal_listeners:
-            self._tell_removed([key for key, _size in victims])
+        self._tell_removed([key for key, _size in victims])
 
     def _tell_removed(self, keys: list[BlockKey]) -> None:
-        """Each listening namespace's keys of a batch gone from this tier (after any demotion
-        below, so the listener may ask the cache whether a lower tier still holds them)."""
+        """A batch gone from this tier, to ``on_removed`` and to each listening namespace its keys
+        (after any demotion below, so a listener may ask the cache whether a lower tier still holds them)."""
+        if self.on_removed is not None:
+            try:
+                self.on_removed(self, keys)
+            except Exception:  # a listener's failure never fails our I/O
+                log.exception("tier %s: removal listener failed", self.name)
         listeners = self.removal_listeners
+        if not listeners:
+            return
         mine: dict[str, list[BlockKey]] = {}
         for key in keys:
             if key.namespace in listeners:
@@ -968,7 +981,7 @@ class Tier:
                 gone = key in self.index
                 if gone:
                     self._forget(key)
-            if gone and self.removal_listeners:  # its file vanished under us
+            if gone:  # its file vanished under us
                 self._tell_removed([key])
         elif isinstance(exc, IncompatibleBlockError):  # valid, just not for this process: kept
             with self.lock:
@@ -1017,8 +1030,7 @@ class Tier:
         with self.lock:
             self.stats.corrupt_blocks += 1
             self._forget(key)
-        if self.removal_listeners:
-            self._tell_removed([key])
+        self._tell_removed([key])
         log.warning("tier %s: corrupt block %s… (%s): set aside, served as a miss", self.name, key.hex[:16], reason)
         try:
             assert self.backend is not None
@@ -1031,8 +1043,7 @@ class Tier:
         with self.lock:
             self.stats.tampered_blocks += 1
             self._forget(key)
-        if self.removal_listeners:
-            self._tell_removed([key])
+        self._tell_removed([key])
         log.warning("tier %s: block %s… failed its keyed integrity check (%s): set aside, served as a miss",
                     self.name, key.hex[:16], reason)
         try:
