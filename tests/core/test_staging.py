@@ -369,6 +369,37 @@ def branch(cache: TieredCache, tag: str, head: list[BlockKey], n: int, start: in
     return ks
 
 
+def test_a_block_stored_again_does_not_end_the_sessions_latest_prompt(stack: Callable[..., TieredCache]) -> None:
+    """An engine stores again blocks it had (a head it read back): the latest prompt still ends at
+    the last *new* block. Before, the re-stored head became the plan's tip and its return read the
+    rest from below (bench returning --stack: 40 of 58 blocks planned)."""
+    cache = stack()
+    a, a_data = session(cache, "a", 6, start=0)
+    hints = [BlockHint(tag="a", parent=a[i - 1] if i else None, depth=i) for i in range(3)]
+    cache.all_tiers[0].discard(a)
+    assert cache.put(a[:3], a_data[:3], hints=hints) == [True] * 3  # the head, stored again
+
+    assert cache.stage("a", 0.0) == 6
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", a))
+
+
+def test_a_prompts_tail_stored_before_its_head_still_ends_it(stack: Callable[..., TieredCache]) -> None:
+    """An engine may store a prompt's tail before its head (vLLM with its CPU tier in front): the
+    prompt still ends at its deepest block. Before, the head's last block became the tip and the
+    plan staged the head only (bench returning --stack: 40 of 58 blocks)."""
+    cache = stack()
+    ks, data = keys(6), blobs(6, BLOCK)
+    hints = [BlockHint(tag="a", parent=ks[i - 1] if i else None, depth=i) for i in range(6)]
+    assert cache.put(ks[3:], data[3:], hints=hints[3:]) == [True] * 3  # the tail first
+    assert cache.put(ks[:3], data[:3], hints=hints[:3]) == [True] * 3
+    cache.all_tiers[0].discard(ks)
+
+    assert cache.stage("a", 0.0) == 6
+    assert cache.stager.wait_idle(TIMEOUT)
+    assert all(in_tier(cache, "dram", ks))
+
+
 def test_a_plan_stages_the_latest_prompt_not_a_branch_it_left(stack: Callable[..., TieredCache]) -> None:
     """A returning turn extends the session's latest prompt: blocks of an earlier prompt that
     branched off it are not staged (they would be waste), a shared head is."""

@@ -271,16 +271,23 @@ class Stager:
         """Learn which session each stored block belongs to (its hint's tag). Memory only, at most
         ``max_blocks`` blocks: past it the least recently active sessions are forgotten."""
         with self._lock:
+            ends: dict[str, tuple[int, BlockKey]] = {}  # session -> its deepest new block of the batch
             for key, nbytes, hint in zip(keys, sizes, hints, strict=True):
                 if hint is None or hint.tag is None:
                     continue
                 session = self._session(hint.tag)
                 session.released = False
-                session.tip = key  # batches come in prompt order: the last one stored ends the prompt
                 if key not in session.blocks:
                     session.blocks[key] = _Block(nbytes, layout, hint)
                     self._session_of[key] = hint.tag
                     self._known_blocks += 1
+                    depth = -1 if hint.depth is None else hint.depth
+                    if depth >= ends.get(hint.tag, (-1, key))[0]:  # without depths: the last one
+                        ends[hint.tag] = (depth, key)
+            for tag, (_, key) in ends.items():
+                session = self._sessions[tag]
+                if not self._stored_late(session, key):
+                    session.tip = key
             # the session just stored to is the most recent: it is forgotten last, and kept even
             # when it alone holds more than max_blocks
             while self._known_blocks > self.max_blocks and len(self._sessions) > 1:
@@ -881,6 +888,32 @@ class Stager:
                 del self._session_of[key]
         self._known_blocks -= len(old.blocks)
         self._plans.pop(old_tag, None)
+
+    def _stored_late(self, session: _Session, key: BlockKey) -> bool:
+        """Whether ``key``, new to ``session``, is a block of the prompt its tip ends: an ancestor of
+        the tip, stored after it (caller holds ``_lock``).
+
+        The latest prompt ends at the deepest block of the session's latest store, unless that
+        block lies on the tip's own chain: an engine does not always store a prompt's blocks head
+        first (bench returning --stack, vLLM's CPU tier in front: the 18 tail blocks of a 58-block
+        prompt were stored before its 40 head blocks, the head's last block became the tip, and
+        the next plan staged 40 blocks; the session read the other 18 from S3). A walk up the tip's chain
+        to ``key``'s depth, only when ``key`` is shallower than the tip; a branch ends elsewhere.
+        """
+        tip = session.blocks.get(session.tip) if session.tip is not None else None
+        depth = session.blocks[key].hint.depth
+        if tip is None or depth is None or tip.hint.depth is None or depth >= tip.hint.depth:
+            return False
+        walk = tip
+        while walk.hint.depth is not None and walk.hint.depth > depth:
+            parent = walk.hint.parent
+            if parent is None or parent == key:
+                return parent == key
+            found = self._block(parent)
+            if found is None:
+                return False
+            walk = found
+        return False
 
     def _block(self, key: BlockKey) -> _Block | None:
         """What the stager knows of ``key`` (caller holds ``_lock``): from the session that stored it."""
