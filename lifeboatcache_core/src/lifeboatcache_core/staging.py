@@ -285,8 +285,8 @@ class Stager:
                     if depth >= ends.get(hint.tag, (-1, key))[0]:  # without depths: the last one
                         ends[hint.tag] = (depth, key)
             for tag, (_, key) in ends.items():
-                session = self._sessions[tag]
-                if not self._stored_late(session, key):
+                session = self._sessions.get(tag)  # None: forgotten by a later tag of this batch
+                if session is not None and not self._stored_late(session, key):
                     session.tip = key
             # the session just stored to is the most recent: it is forgotten last, and kept even
             # when it alone holds more than max_blocks
@@ -363,9 +363,9 @@ class Stager:
 
         A plan's cursor passes a block a stage tier held already (nothing to stage); when that
         tier evicts it before the session is back (an engine's store, another plan's staging),
-        the plan must look at it again, and at once: left to the next timed pass, the session
-        arrived to read it from the slowest tier (bench staging, DRAM of two sessions: all three
-        loads from S3 in a run). Only the session that stored a block is asked (``_session_of``):
+        the plan must look at it again, and at once: before, nothing looked at it again, and the
+        session arrived to read it from the slowest tier (bench staging, DRAM of two sessions).
+        Only the session that stored a block is asked (``_session_of``):
         one dictionary lookup per removed block, whatever the number of plans.
         """
         if not tier.cfg.stage or not self._plans:
