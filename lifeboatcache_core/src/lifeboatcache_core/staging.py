@@ -87,6 +87,7 @@ class StagingTier(Protocol):
     name: str
     up: bool
     cfg: TierConfig
+    capacity: int
     policy: EvictionPolicy
     lock: threading.Lock
     read_pool: Executor
@@ -135,6 +136,8 @@ class _Plan:
     hinted: bool
     order: list[BlockKey]
     cursor: int = 0
+    #: how far the stocking of lower stage tiers went before the plan's start (``Stager._stock``)
+    stocked: int = 0
     inflight: int = 0
     #: its start (``Stager._latest_starts``) came: it stays due until it ends. A start recomputed
     #: from the bytes left moves later with every block handed out, so judged afresh it paced the
@@ -494,13 +497,13 @@ class Stager:
                 item = self._next_block(tiers, now, expected)
                 if item is None:
                     break
-                tag, key, block, source, targets, plan, retry = item
+                tag, key, block, source, targets, plan, taken = item
                 if self._reading.get(source.name, 0) >= max(1, int(source.cfg.io_threads * self.thread_share)):
-                    _put_back(plan, key, retry)  # its tier's staging threads are busy: a finished block wakes us
+                    _put_back(plan, key, taken)  # its tier's staging threads are busy: a finished block wakes us
                     break
                 short = self._spend(block.nbytes)
                 if short > 0:
-                    _put_back(plan, key, retry)  # not now: the rate limit; look at this block again
+                    _put_back(plan, key, taken)  # not now: the rate limit; look at this block again
                     due = True
                     wait = min(wait, short)
                     break
@@ -508,7 +511,7 @@ class Stager:
                 self._reading[source.name] = self._reading.get(source.name, 0) + 1
                 plan.inflight += 1
                 self._queued.add(key)
-            self._submit(tag, key, block, source, targets, plan)
+            self._submit(tag, key, block, source, targets, plan, stocking=taken == "stock")
         for tier in tiers:  # outside the stager's lock: a tier's lock is taken before it (``_evictable``)
             if tier.name in expected:
                 tier.expect(expected[tier.name])
@@ -543,13 +546,23 @@ class Stager:
         found such blocks evicted by the stores between the plan's start and their arrival, and
         read them from S3). Not for a plan from the policy's estimate: keeping its blocks would
         displace others, which such a plan may not (``_evictable``).
+
+        A hinted plan not started yet stocks the lower stage tiers it fits in (``_stock_windows``)
+        meanwhile: its blocks go there, not into the top tier, so that its start reads them from
+        a near tier, not from the slowest.
         """
         plans = sorted(((tag, plan) for tag, plan in self._plans.items()
                         if tag in self._sessions and plan.eta + self.grace_s >= now), key=lambda item: item[1].eta)
         self._next_start = float("inf")
-        for (tag, plan), start in zip(plans, self._latest_starts([plan for _, plan in plans]), strict=True):
+        ordered = [plan for _, plan in plans]
+        for (tag, plan), start, stock in zip(plans, self._latest_starts(ordered), self._stock_windows(tiers, ordered),
+                                             strict=True):
             if now < start and not plan.started:
                 self._next_start = min(self._next_start, start)
+                if stock:
+                    item = self._stock(tiers, tag, plan, stock, expected)
+                    if item is not None:
+                        return item
                 continue
             plan.started = True
             if plan.refused and (plan.refused_at != self._room or time.monotonic() >= plan.retry_at):
@@ -562,7 +575,7 @@ class Stager:
                     block = self._block(key)
                     route = _route(tiers, key, expected if plan.hinted else {}) if block is not None else None
                     if route is not None:
-                        return tag, key, block, route[0], route[1], plan, True
+                        return tag, key, block, route[0], route[1], plan, "refused"
             while plan.cursor < len(plan.order):
                 key = plan.order[plan.cursor]
                 plan.cursor += 1
@@ -571,8 +584,60 @@ class Stager:
                     continue
                 route = _route(tiers, key, expected if plan.hinted else {})
                 if route is not None:
-                    return tag, key, block, route[0], route[1], plan, False
+                    return tag, key, block, route[0], route[1], plan, "cursor"
         return None
+
+    def _stock(self, tiers: list[StagingTier], tag: str, plan: _Plan, stock: frozenset[str],
+               expected: dict[str, list[BlockKey]]) -> tuple[Any, ...] | None:
+        """The next block of ``plan``, not started, to copy into the lower stage tiers named in
+        ``stock`` (caller holds ``_lock``); None: none left. A block one of them holds already is
+        added to ``expected`` under its name instead (``Tier.expect``: the engine's stores until the
+        start would otherwise evict it first, the oldest there).
+
+        Its start is its top tier's lead before the return, from the slowest source's speed; before,
+        that lead was all a plan had, also for blocks that had left the tiers below the top long
+        before (bench staging, traces 31-40: a session hinted 14 s ahead began 0.8 s before its
+        return, its blocks had left the file tier 6 s before, and it read 38 of them from S3).
+        """
+        while plan.stocked < len(plan.order):
+            key = plan.order[plan.stocked]
+            plan.stocked += 1
+            block = self._block(key)
+            if block is None or key in self._queued:
+                continue
+            route = _route(tiers, key, {})
+            if route is None:
+                continue
+            source, targets = route
+            into = [t for t in targets if t.name in stock]
+            if into:
+                return tag, key, block, source, into, plan, "stock"
+            if source.name in stock:
+                expected.setdefault(source.name, []).append(key)
+        return None
+
+    def _stock_windows(self, tiers: list[StagingTier], plans: list[_Plan]) -> list[frozenset[str]]:
+        """For each of ``plans`` (earliest return first): the stage tiers below the top one that its
+        hinted blocks may be stocked into before its start (caller holds ``_lock``).
+
+        A tier stocks the earliest returns that fit in half its capacity, counting every plan
+        before them: the other half takes the engine's own stores until then, which would
+        otherwise evict the stocked blocks before their return. Plans from the policy's estimate
+        are not stocked (they take free room only, ``_evictable``) and take no room here.
+        """
+        lower = [t for t in tiers if t.cfg.stage][1:]
+        if not lower:
+            return [frozenset()] * len(plans)
+        room = {t.name: t.capacity // 2 for t in lower}
+        windows = []
+        for plan in plans:
+            if not plan.hinted:
+                windows.append(frozenset())
+                continue
+            for name in room:
+                room[name] -= plan.tail[0]
+            windows.append(frozenset(name for name, left in room.items() if left >= 0))
+        return windows
 
     def _latest_starts(self, plans: list[_Plan]) -> list[float]:
         """When each of ``plans`` (earliest return first) must begin staging (caller holds ``_lock``).
@@ -596,18 +661,24 @@ class Stager:
         return starts
 
     def _submit(self, tag: str, key: BlockKey, block: _Block, source: StagingTier,
-                targets: list[StagingTier], plan: _Plan) -> None:
+                targets: list[StagingTier], plan: _Plan, *, stocking: bool = False) -> None:
         """Read on the source tier's read pool, then store on each target's write pool.
 
         A plan from the policy's estimate takes free room only (``_evictable``), so its block is
         not read at all where no target has the room now: the read would only be thrown away,
         and on a remote tier it takes a request and bandwidth from the engine's own loads (on
         ``bench staging --estimate``, DRAM of two sessions, every such read was).
+
+        ``stocking`` (``_stock``): a target without room for the block drops it (the plan's start
+        looks at it again).
         """
+        def finish(submitted: float | None) -> None:
+            self._finished(key, plan, source, submitted, stocked=stocking)
+
         if not plan.hinted:
             targets = [t for t in targets if t.has_room(block.nbytes)]
             if not targets:
-                self._finished(key, plan, source, None)
+                finish(None)
                 return
         def stores(data: bytearray) -> None:
             remaining = [len(targets)]
@@ -619,19 +690,19 @@ class Stager:
                     if target.store(key, memoryview(data), block.layout, block.hint,
                                     evictable=lambda victim: self._evictable(victim, target, tag, plan)):
                         self._record(tag, key, block.nbytes, target.name, plan.eta)
-                    elif plan.hinted and target.up and target.presence(key) is not True:
+                    elif plan.hinted and not stocking and target.up and target.presence(key) is not True:
                         self._refused(key, plan)  # a policy's estimate is not worth the room: dropped
                 finally:
                     remaining[0] -= 1
                     if not remaining[0]:
-                        self._finished(key, plan, source, submitted)
+                        finish(submitted)
             for target in targets:
                 try:
                     target.write_pool.submit(store, target)
                 except RuntimeError:  # closing
                     remaining[0] -= 1
                     if not remaining[0]:
-                        self._finished(key, plan, source, submitted)
+                        finish(submitted)
 
         submitted = time.monotonic()
 
@@ -645,15 +716,26 @@ class Stager:
             if found:
                 stores(data)
             else:
-                self._finished(key, plan, source, submitted)
+                finish(submitted)
         try:
             source.read_pool.submit(read)
         except RuntimeError:
-            self._finished(key, plan, source, submitted)
+            finish(submitted)
 
-    def _finished(self, key: BlockKey, plan: _Plan, source: StagingTier, submitted: float | None) -> None:
-        """A block's staging is over; ``submitted``: when its read was queued (None: it never was)."""
+    def _finished(self, key: BlockKey, plan: _Plan, source: StagingTier, submitted: float | None, *,
+                  stocked: bool = False) -> None:
+        """A block's staging is over; ``submitted``: when its read was queued (None: it never was).
+
+        A block ``stocked`` into the tiers below the top (``_stock``): a started plan whose cursor
+        passed it meanwhile (as queued: its plan began, or a new hint replaced it) is rewound to it,
+        or the block stayed below the top tier (bench staging: four or five late arrivals a run,
+        where there were none before stocking).
+        """
         with self._lock:
+            if stocked:
+                for started in self._plans.values():
+                    if started.started and key in started.wanted and (at := started.order.index(key)) < started.cursor:
+                        started.cursor = at
             self._inflight -= 1
             self._reading[source.name] -= 1
             if submitted is not None:
@@ -957,10 +1039,13 @@ def _plan(eta: float, hinted: bool, order: list[BlockKey], sizes: list[int]) -> 
     return _Plan(eta, hinted, order, tail=tail)
 
 
-def _put_back(plan: _Plan, key: BlockKey, retry: bool) -> None:
-    """``key``, just taken from ``plan`` (its refused blocks when ``retry``), is not staged now: look again later."""
-    if retry:
+def _put_back(plan: _Plan, key: BlockKey, taken: str) -> None:
+    """``key``, just taken from ``plan`` (``taken``: from its "refused" blocks, at its "cursor", or
+    by its "stock" cursor), is not staged now: look again later."""
+    if taken == "refused":
         plan.refused.insert(0, key)
+    elif taken == "stock":
+        plan.stocked -= 1
     else:
         plan.cursor -= 1
 
@@ -969,17 +1054,22 @@ def _route(tiers: list[StagingTier], key: BlockKey,
            expected: dict[str, list[BlockKey]]) -> tuple[StagingTier, list[StagingTier]] | None:
     """(the highest tier holding ``key``, the ``stage = true`` tiers above it); None: nothing to do.
 
-    When that tier is itself a stage tier with none above it, ``key`` is added to ``expected``
-    under its name (``Tier.expect``)."""
+    ``key`` is added to ``expected`` under the name of every stage tier that holds it
+    (``Tier.expect``), not only the highest: a copy below is what the session reads when the
+    tier above evicts it before the return. The stager reads its source without a use
+    (``fetch(use=False)``), so a staged block's copy below aged as if nobody wanted it, and the
+    engine's next stores evicted it first (bench staging, traces 31-40: a session of 176 blocks,
+    larger than the DRAM tier, read 58 of them from S3)."""
+    found: tuple[StagingTier, list[StagingTier]] | None = None
     for j, tier in enumerate(tiers):
+        if not (found is None or tier.cfg.stage):
+            continue
         if tier.presence(key) is True:
-            targets = [t for t in tiers[:j] if t.cfg.stage]
-            if targets:
-                return tier, targets
             if tier.cfg.stage:
                 expected.setdefault(tier.name, []).append(key)
-            return None
-    return None
+            if found is None:
+                found = tier, [t for t in tiers[:j] if t.cfg.stage]
+    return found if found is not None and found[1] else None
 
 
 def _held_below(tiers: Sequence[StagingTier], key: BlockKey, tier: StagingTier) -> bool:
