@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from lifeboatcache_core.abc import BlockHint, EvictionPolicy, KVLayout
 from lifeboatcache_core.config import StagingConfig, TierConfig
@@ -65,6 +65,10 @@ RETRIES = 3
 #: sessions it already saw), and a block stays known after every tier dropped it; without a bound
 #: a long-running server's stager would grow with every block it ever stored.
 MAX_BLOCKS = 250_000
+
+#: where ``Stager._next_block`` took a plan's block from: its refused blocks, its cursor, or its
+#: stocking cursor (``_stock``); ``_put_back`` returns it there
+Taken = Literal["refused", "cursor", "stock"]
 
 #: counters the stager adds to the cache's telemetry (``metrics.CacheStats``)
 COUNTERS = ("staged_bytes", "staged_used_bytes", "staged_wasted_bytes", "staged_late_arrivals")
@@ -1039,9 +1043,8 @@ def _plan(eta: float, hinted: bool, order: list[BlockKey], sizes: list[int]) -> 
     return _Plan(eta, hinted, order, tail=tail)
 
 
-def _put_back(plan: _Plan, key: BlockKey, taken: str) -> None:
-    """``key``, just taken from ``plan`` (``taken``: from its "refused" blocks, at its "cursor", or
-    by its "stock" cursor), is not staged now: look again later."""
+def _put_back(plan: _Plan, key: BlockKey, taken: Taken) -> None:
+    """``key``, just taken from ``plan`` (``taken``: where from), is not staged now: look again later."""
     if taken == "refused":
         plan.refused.insert(0, key)
     elif taken == "stock":
