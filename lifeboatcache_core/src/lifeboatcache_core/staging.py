@@ -580,15 +580,25 @@ class Stager:
                     route = _route(tiers, key, expected if plan.hinted else {}) if block is not None else None
                     if route is not None:
                         return tag, key, block, route[0], route[1], plan, "refused"
-            while plan.cursor < len(plan.order):
-                key = plan.order[plan.cursor]
-                plan.cursor += 1
-                block = self._block(key)
-                if block is None or key in self._queued:
-                    continue
+            while (found := self._advance(plan, stocking=False)) is not None:
+                key, block = found
                 route = _route(tiers, key, expected if plan.hinted else {})
                 if route is not None:
                     return tag, key, block, route[0], route[1], plan, "cursor"
+        return None
+
+    def _advance(self, plan: _Plan, *, stocking: bool) -> tuple[BlockKey, _Block] | None:
+        """The next block at ``plan``'s cursor (``stocking``: its stocking cursor) that is not being
+        staged now, the cursor moved past it; None: the cursor is at the end (caller holds ``_lock``)."""
+        while (at := plan.stocked if stocking else plan.cursor) < len(plan.order):
+            key = plan.order[at]
+            if stocking:
+                plan.stocked = at + 1
+            else:
+                plan.cursor = at + 1
+            block = self._block(key)
+            if block is not None and key not in self._queued:
+                return key, block
         return None
 
     def _stock(self, tiers: list[StagingTier], tag: str, plan: _Plan, stock: frozenset[str],
@@ -603,12 +613,8 @@ class Stager:
         before (bench staging, traces 31-40: a session hinted 14 s ahead began 0.8 s before its
         return, its blocks had left the file tier 6 s before, and it read 38 of them from S3).
         """
-        while plan.stocked < len(plan.order):
-            key = plan.order[plan.stocked]
-            plan.stocked += 1
-            block = self._block(key)
-            if block is None or key in self._queued:
-                continue
+        while (found := self._advance(plan, stocking=True)) is not None:
+            key, block = found
             route = _route(tiers, key, {})
             if route is None:
                 continue
