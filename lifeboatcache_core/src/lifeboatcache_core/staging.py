@@ -381,11 +381,7 @@ class Stager:
         with self._lock:
             for key in keys:
                 plan = self._plans.get(self._session_of.get(key, ""))
-                if plan is None or key not in plan.wanted or key in self._queued:
-                    continue
-                at = plan.order.index(key)
-                if at < plan.cursor:
-                    plan.cursor = at
+                if plan is not None and key not in self._queued and _rewind(plan, key):
                     rewound = True
         if rewound:
             self._wake.set()
@@ -744,8 +740,8 @@ class Stager:
         with self._lock:
             if stocked:
                 for started in self._plans.values():
-                    if started.started and key in started.wanted and (at := started.order.index(key)) < started.cursor:
-                        started.cursor = at
+                    if started.started:
+                        _rewind(started, key)
             self._inflight -= 1
             self._reading[source.name] -= 1
             if submitted is not None:
@@ -1047,6 +1043,15 @@ def _plan(eta: float, hinted: bool, order: list[BlockKey], sizes: list[int]) -> 
     tail = list(accumulate(reversed(sizes), initial=0))
     tail.reverse()
     return _Plan(eta, hinted, order, tail=tail)
+
+
+def _rewind(plan: _Plan, key: BlockKey) -> bool:
+    """Move ``plan``'s cursor back to ``key`` if the plan wants it and the cursor passed it: the
+    next pass looks at it again. Whether it did."""
+    if key not in plan.wanted or (at := plan.order.index(key)) >= plan.cursor:
+        return False
+    plan.cursor = at
+    return True
 
 
 def _put_back(plan: _Plan, key: BlockKey, taken: Taken) -> None:
