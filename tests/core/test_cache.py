@@ -260,6 +260,24 @@ def test_touch_orders_recency_without_io(tmp_path: Path) -> None:
         cache.touch(keys(2, start=50))  # unknown keys: nothing happens, nothing raises
 
 
+def test_a_finished_requests_touch_reaches_the_policy_as_request_done(tmp_path: Path) -> None:
+    """``touch(request_done=True)`` is a finished request's chain: the policy's ``request_done``
+    (where a session's idle time starts), applied in order with plain touches."""
+    with open_cache(tmp_path, file_tier(tmp_path / "t", io_threads=1)) as cache:
+        ks = keys(4)
+        assert all(cache.put(ks, blobs(4, 4096)))
+        tier = cache.tiers[0]
+        calls: list[tuple[str, BlockKey]] = []
+        real_touch = tier.policy.touch
+        tier.policy.request_done = lambda k: calls.append(("done", k))  # type: ignore[method-assign]
+        tier.policy.touch = lambda k: (calls.append(("touch", k)), real_touch(k))[1]  # type: ignore[method-assign]
+        cache.touch([ks[1], ks[0]], request_done=True)
+        cache.touch([ks[2]])
+        cache.touch(keys(1, start=50), request_done=True)  # not held: nothing
+        tier.resize(tier.capacity)  # its policy chooses victims: the uses are applied now
+        assert calls == [("done", ks[1]), ("done", ks[0]), ("touch", ks[2])]
+
+
 def test_a_read_from_the_top_tier_counts_as_use_in_the_tiers_below(tmp_path: Path) -> None:
     """A write-through tier below holds copies of what the top tier serves: the blocks read up
     there are the ones its policy keeps, not the ones it evicts first."""

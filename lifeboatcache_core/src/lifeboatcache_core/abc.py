@@ -489,6 +489,18 @@ class EvictionPolicy(ABC):
     def touch(self, key: BlockKey) -> None:
         """A stored block was read."""
 
+    def request_done(self, key: BlockKey) -> None:
+        """A request that used the stored block ``key`` has finished (its response ended); a use.
+
+        Engines that report finished requests (vLLM's ``on_request_finished``) touch the
+        request's whole chain this way, tail first. The difference from ``touch`` matters to a
+        policy that learns when sessions come back: an agent's next request follows the *end* of
+        its response by a tool call or a user's reply, so its idle time starts here, and the
+        time since the request began (its generation) is not a gap between visits. Default:
+        ``touch``.
+        """
+        self.touch(key)
+
     @abstractmethod
     def remove(self, key: BlockKey) -> None:
         """A block left the tier (evicted, deleted or found corrupt). Unknown keys are ignored."""

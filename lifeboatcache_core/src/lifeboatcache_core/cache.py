@@ -549,7 +549,7 @@ class TieredCache:
             n += 1
         return n
 
-    def touch(self, keys: Sequence[BlockKey]) -> None:
+    def touch(self, keys: Sequence[BlockKey], *, request_done: bool = False) -> None:
         """Mark stored blocks as used now, in order: the last key becomes the most recently used.
 
         For engines with a cache above ours (vLLM's CPU tier, SGLang's host cache): a chunk
@@ -557,12 +557,15 @@ class TieredCache:
         coldest to our policy and be evicted first. No I/O and no lock: each tier applies the
         uses, at their time, when it next chooses a victim (``Tier.touch``), so the engine's
         scheduler thread never waits for an I/O thread that holds a tier's lock.
+        ``request_done``: the keys are the chain of a request that has just finished, which a
+        policy learning session rhythms reads as the start of the session's idle time
+        (``EvictionPolicy.request_done``).
         """
         valid = [k for k in keys if self._valid(k)]
         if not valid:
             return
         for tier in self.tiers:
-            tier.touch(valid)
+            tier.touch(valid, request_done=request_done)
 
     def discard(self, keys: Sequence[BlockKey]) -> int:
         """Remove ``keys`` from every up tier now, demoting none of them; returns the bytes freed.

@@ -131,7 +131,7 @@ class Tier:
         # keep_prefixes: prefix depth of blocks stored with one, their last uses, return gaps
         self._prefixes = PrefixGuard(cfg.keep_prefixes_idle_s)
         #: (when, keys) used above this tier since the policy last chose a victim (``touch``)
-        self._uses_pending: deque[tuple[float, Sequence[BlockKey]]] = deque(maxlen=USES_PENDING_MAX)
+        self._uses_pending: deque[tuple[float, Sequence[BlockKey], bool]] = deque(maxlen=USES_PENDING_MAX)
         self.used = 0
         self.reserved = 0
         self.stats = TierStats()
@@ -416,7 +416,7 @@ class Tier:
         except OSError:
             return False
 
-    def touch(self, keys: Sequence[BlockKey]) -> None:
+    def touch(self, keys: Sequence[BlockKey], *, request_done: bool = False) -> None:
         """``keys`` were used now in a cache above this tier, in order (the last is the most recent).
 
         A tier above served them (a write-through copy here never sees those reads: without
@@ -427,17 +427,20 @@ class Tier:
         copy here (``keys`` must not change afterwards): the callers are a get's worker and the
         engine's scheduler thread, which must not wait while an I/O thread holds the lock, and
         applying them at once took the GIL from the woken caller of a get (``bench staging``'s
-        all-DRAM loads: 0.90-1.37 ms p50 against 0.73-0.81).
+        all-DRAM loads: 0.90-1.37 ms p50 against 0.73-0.81). With ``request_done`` they are
+        the chain of a request that just finished (``EvictionPolicy.request_done``).
         """
-        self._uses_pending.append((time.monotonic(), keys))
+        self._uses_pending.append((time.monotonic(), keys, request_done))
 
-    def _mark_used(self, keys: Sequence[BlockKey], at: float) -> None:
-        """Each held one of ``keys`` was used at ``at``: its policy's ``touch`` and the prefix
-        guard's clock, which learns return gaps from it (caller holds ``lock``)."""
-        index, policy, prefixes = self.index, self.policy, self._prefixes
+    def _mark_used(self, keys: Sequence[BlockKey], at: float, request_done: bool) -> None:
+        """Each held one of ``keys`` was used at ``at``: its policy's ``touch`` (``request_done``
+        for a finished request's chain) and the prefix guard's clock, which learns return gaps
+        from it (caller holds ``lock``)."""
+        index, prefixes = self.index, self._prefixes
+        use = self.policy.request_done if request_done else self.policy.touch
         for key in keys:
             if key in index:
-                policy.touch(key)
+                use(key)
                 prefixes.used(key, at)
 
     def expect(self, keys: Sequence[BlockKey]) -> None:
@@ -461,8 +464,8 @@ class Tier:
         """
         pending = self._uses_pending
         for _ in range(len(pending)):
-            at, keys = pending.popleft()
-            self._mark_used(keys, at)
+            at, keys, request_done = pending.popleft()
+            self._mark_used(keys, at, request_done)
 
     def _forget(self, key: BlockKey, *, row_gone: bool = False) -> int:
         """Remove ``key`` from index and policy (caller holds ``lock``); return its size.

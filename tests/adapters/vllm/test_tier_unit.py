@@ -161,6 +161,22 @@ def test_chunks_hitting_in_vllms_cpu_tier_stay_in_a_full_tier(tmp_path: Path) ->
     tier.shutdown()
 
 
+def test_a_finished_request_reaches_the_policy_as_request_done_tail_first(tmp_path: Path) -> None:
+    """vLLM's end of a request is where a session's idle time starts: the policy hears it as such."""
+    tier, region = make_tier(file_config(tmp_path / "t"))
+    region[:, :PAYLOAD] = 3
+    tier.submit_store(TransferJob(1, SESSION_A, np.arange(4, dtype=np.int32), False, chain_context("a1", SESSION_A)))
+    assert finish(tier, 1).success
+    assert tier.cache is not None
+    nvme = tier.cache.tiers[0]
+    done: list[object] = []
+    nvme.policy.request_done = done.append  # type: ignore[method-assign]
+    tier.on_request_finished(chain_context("a2", SESSION_A))
+    nvme.resize(nvme.capacity)  # its policy chooses victims: the uses are applied now
+    assert done == [tier._key(k) for k in reversed(SESSION_A)]
+    tier.shutdown()
+
+
 def test_a_full_tier_gives_up_a_chain_tail_first_once_its_stores_land(tmp_path: Path) -> None:
     """The recency update waits for the request's own stores, then orders the chain head-newest."""
     config = file_config(tmp_path / "t")

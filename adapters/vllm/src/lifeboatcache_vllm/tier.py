@@ -759,7 +759,8 @@ class LifeboatTier(SecondaryTierManager):
         useless (a prompt hits only up to its first miss). Touched tail first so that a chain's
         head is the most recent and a full tier gives up a session's tail before its head, as
         vLLM's own CPU-tier LRU does. Stores of this request still in flight would land after
-        the touch as newest-of-all; the touch then waits for them (``_store_finished``).
+        the touch as newest-of-all; the touch then waits for them (``_store_finished``). Marked
+        ``request_done``: a policy that learns session rhythms starts the session's idle time here.
         """
         self._forget_asked(req_context.req_id)
         self._promotions_done(req_context.req_id)
@@ -775,7 +776,7 @@ class LifeboatTier(SecondaryTierManager):
         if self._stores_in_flight.get(req_id):
             self._touch_after[req_id] = chain
         else:
-            cache.touch(chain)
+            cache.touch(chain, request_done=True)
         if self._exclusive:
             uses = cpu_tier_uses(req_context)
             self._shadow.use(keys_tail_first if uses is None else reversed(uses))
@@ -802,7 +803,7 @@ class LifeboatTier(SecondaryTierManager):
         self._stores_in_flight.pop(req_id, None)
         chain = self._touch_after.pop(req_id, None)
         if chain and self.cache is not None:
-            self.cache.touch(chain)
+            self.cache.touch(chain, request_done=True)
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
         return RequestOffloadingContext()

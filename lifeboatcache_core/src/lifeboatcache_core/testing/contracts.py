@@ -746,6 +746,19 @@ class PolicyContract:
         p.expect(key(1234))  # unknown keys are ignored
         assert len(p) == 20 and key(1234) not in p
 
+    def test_a_finished_requests_chain_is_a_use_that_changes_no_membership(self) -> None:
+        """``request_done`` (a tier passes a finished request's chain, tail first) tracks nothing
+        new, drops nothing and ignores unknown keys; the victim is still a tracked block."""
+        p = self.make_policy()
+        for i in range(10):
+            p.insert(key(i), 100, BlockHint("s", key(i - 1) if i else None, i))
+        for i in reversed(range(10)):
+            p.request_done(key(i))
+        p.request_done(key(1234))
+        assert len(p) == 10 and key(1234) not in p
+        victim = p.victim(None)
+        assert victim is not None and victim in p
+
     def test_victims_read_ahead_is_the_order_successive_evictions_take(self) -> None:
         """What ``victims`` offers past the victim is what ``victim`` then ``remove`` would give
         up next, in that order: a stager takes a later pick as if the earlier ones had gone.
