@@ -50,6 +50,7 @@ class TraceRequest:
     hash_ids: np.ndarray  # int64, one id per full block of the input, in prompt order
     kind: str = "n"
     think_time: float = 0.0  # client delay before this request (seconds), as recorded
+    api_time: float = 0.0  # seconds from the request to the end of its response, as recorded
 
     @property
     def blocks(self) -> int:
@@ -104,6 +105,7 @@ def _parse_request(raw: dict[str, Any], offset: float) -> TraceRequest:
         hash_ids=np.asarray(raw.get("hash_ids", ()), dtype=np.int64),
         kind=str(raw.get("type", "n")),
         think_time=float(raw.get("think_time") or 0.0),
+        api_time=float(raw.get("api_time") or 0.0),
     )
 
 

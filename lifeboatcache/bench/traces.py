@@ -51,7 +51,7 @@ def result_row(result: SimResult) -> dict[str, Any]:
 
 def run_traces_bench(workload: Workload, policies: list[str], fractions: list[float], *, gpu_blocks: int,
                      seed: int, session_tags: bool, traces: str, load_seconds: float,
-                     progress: bool = False) -> dict[str, Any]:
+                     request_ends: bool = False, progress: bool = False) -> dict[str, Any]:
     """The whole report as one JSON-ready dict."""
     def report(result: SimResult) -> None:
         if progress:
@@ -59,7 +59,7 @@ def run_traces_bench(workload: Workload, policies: list[str], fractions: list[fl
                        f"({result.seconds:.1f} s CPU)", err=True)
 
     results = run_sweep(workload, policies, fractions, gpu_blocks=gpu_blocks, seed=seed,
-                        session_tags=session_tags, on_result=report)
+                        session_tags=session_tags, request_ends=request_ends, on_result=report)
     curves: dict[str, list[list[float]]] = {}
     for r in results:
         curves.setdefault(r.policy, []).append([r.capacity_frac or 0.0, round(r.hit_frac, 4)])
@@ -72,6 +72,7 @@ def run_traces_bench(workload: Workload, policies: list[str], fractions: list[fl
         "gpu_blocks": gpu_blocks,
         "seed": seed,
         "session_tags": session_tags,
+        "request_ends": request_ends,
         "load_seconds": round(load_seconds, 1),
         "host": platform.node(),
         "results": [result_row(r) for r in results],
@@ -82,7 +83,7 @@ def run_traces_bench(workload: Workload, policies: list[str], fractions: list[fl
 
 def run_folds_bench(conversations: list[Conversation], policies: list[str], fractions: list[float], *, k: int,
                     gpu_blocks: int, seed: int, session_tags: bool, traces: str,
-                    progress: bool = False) -> dict[str, Any]:
+                    request_ends: bool = False, progress: bool = False) -> dict[str, Any]:
     """The cross-validated report (``sim.folds.run_folds``) with the run's settings."""
     def report(fold: int, name: str, result: SimResult) -> None:
         if progress:
@@ -91,9 +92,9 @@ def run_folds_bench(conversations: list[Conversation], policies: list[str], frac
 
     started = time.process_time()
     body = run_folds(conversations, policies, fractions, k=k, gpu_blocks=gpu_blocks, seed=seed,
-                     session_tags=session_tags, on_result=report)
+                     session_tags=session_tags, request_ends=request_ends, on_result=report)
     return {"traces": traces, "conversations": len(conversations), "gpu_blocks": gpu_blocks, "seed": seed,
-            "session_tags": session_tags, "host": platform.node(), "tunables": TUNABLES,
+            "session_tags": session_tags, "request_ends": request_ends, "host": platform.node(), "tunables": TUNABLES,
             "cpu_seconds": round(time.process_time() - started, 1), **body}
 
 
@@ -145,6 +146,8 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, help="Seed of the conversations' start offsets and of the policies."),
         limit: int | None = typer.Option(None, min=1, help="Only the first N trace files (by name)."),
         session_tags: bool = typer.Option(True, help="Hints name the session (else prefix chains only)."),
+        request_ends: bool = typer.Option(False, help="Touch each prompt's held blocks at its response's end "
+                                          "(the traces' api_time), as vLLM's tier does when a request finishes."),
         folds: int = typer.Option(5, "--folds", min=1,
                                   help="K folds of whole conversations: each tunable default is chosen on K-1 "
                                        "and scored on the held one (1: one replay of all traces, no selection)."),
@@ -167,7 +170,7 @@ def register(app: typer.Typer) -> None:
                                          f"{traces_dir} has {len(conversations)}")
             report = run_folds_bench(conversations, policy, capacity_frac, k=folds, gpu_blocks=gpu_blocks,
                                      seed=seed, session_tags=session_tags, traces=str(traces_dir),
-                                     progress=not as_json)
+                                     request_ends=request_ends, progress=not as_json)
             emit_json(report, out, as_json)
             if not as_json:
                 print_folds_table(report)
@@ -179,7 +182,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         report = run_traces_bench(workload, policy, capacity_frac, gpu_blocks=gpu_blocks, seed=seed,
                                   session_tags=session_tags, traces=str(traces_dir),
-                                  load_seconds=time.perf_counter() - started, progress=not as_json)
+                                  load_seconds=time.perf_counter() - started, request_ends=request_ends,
+                                  progress=not as_json)
         emit_json(report, out, as_json)
         if not as_json:
             print_table(report)

@@ -28,17 +28,22 @@ def _futures(workload: Workload, cut: int) -> dict[str, Workload]:
     """Copies of ``workload`` equal to it before request ``cut`` and different after it."""
     n = len(workload.blocks)
     reordered = list(range(cut)) + list(range(n - 1, cut - 1, -1))
+    ends = workload.ends
     return {
         "truncated": replace(workload, blocks=workload.blocks[:cut], input_tokens=workload.input_tokens[:cut],
-                             streams=workload.streams[:cut], times=workload.times[:cut]),
+                             streams=workload.streams[:cut], times=workload.times[:cut],
+                             ends=None if ends is None else ends[:cut]),
         "reversed": replace(workload, blocks=[workload.blocks[i] for i in reordered],
                             input_tokens=[workload.input_tokens[i] for i in reordered],
-                            streams=[workload.streams[i] for i in reordered], times=list(workload.times)),
+                            streams=[workload.streams[i] for i in reordered], times=list(workload.times),
+                            # a moved request keeps its own duration, from the time of its new place
+                            ends=None if ends is None else [workload.times[p] + ends[i] - workload.times[i]
+                                                            for p, i in enumerate(reordered)]),
     }
 
 
 def _decisions(workload: Workload, make_policy: Callable[[], EvictionPolicy], capacity_blocks: int,
-               gpu_blocks: int) -> tuple[list[tuple[str, object, object]], list[int]]:
+               gpu_blocks: int, request_ends: bool) -> tuple[list[tuple[str, object, object]], list[int]]:
     """Every victim and admit answer of one replay, in order, and the per-request tier hits."""
     policy = make_policy()
     log: list[tuple[str, object, object]] = []
@@ -56,28 +61,30 @@ def _decisions(workload: Workload, make_policy: Callable[[], EvictionPolicy], ca
 
     policy.victim = logged_victim  # type: ignore[method-assign]
     policy.admit = logged_admit  # type: ignore[method-assign]
-    hits = replay_policy(workload, gpu_prefix_hits(workload, gpu_blocks), policy, capacity_blocks)
+    hits = replay_policy(workload, gpu_prefix_hits(workload, gpu_blocks), policy, capacity_blocks,
+                         request_ends=request_ends)
     return log, hits
 
 
 def check_only_the_past(workload: Workload, make_policy: Callable[[], EvictionPolicy], capacity_blocks: int,
-                        *, cut: int | None = None, gpu_blocks: int = 0) -> int:
+                        *, cut: int | None = None, gpu_blocks: int = 0, request_ends: bool = False) -> int:
     """Raise ``FutureLeak`` unless the decisions before request ``cut`` ignore what follows it.
 
-    ``cut`` defaults to two thirds of the requests. Returns how many decisions were compared
+    ``cut`` defaults to two thirds of the requests; ``request_ends``: replayed with the ends of
+    responses (``sim.replay.replay_policy``). Returns how many decisions were compared
     (a check that compared none proves nothing: callers assert it is large).
     """
     n = len(workload.blocks)
     cut = cut if cut is not None else (2 * n) // 3
     if not 0 < cut < n:
         raise ValueError(f"cut {cut} must leave requests on both sides (0 < cut < {n})")
-    full_log, full_hits = _decisions(workload, make_policy, capacity_blocks, gpu_blocks)
+    full_log, full_hits = _decisions(workload, make_policy, capacity_blocks, gpu_blocks, request_ends)
     compared = 0
     futures = _futures(workload, cut)
-    past_log, past_hits = _decisions(futures["truncated"], make_policy, capacity_blocks, gpu_blocks)
+    past_log, past_hits = _decisions(futures["truncated"], make_policy, capacity_blocks, gpu_blocks, request_ends)
     for name, other in futures.items():
         log, hits = (past_log, past_hits) if name == "truncated" else _decisions(
-            other, make_policy, capacity_blocks, gpu_blocks)
+            other, make_policy, capacity_blocks, gpu_blocks, request_ends)
         before = len(past_log)  # the decisions taken while serving requests before the cut
         if full_log[:before] != log[:before]:
             pairs = enumerate(zip(full_log, log, strict=False))

@@ -44,7 +44,8 @@ from lifeboatcache.traces import Conversation
 #: (patience, gap_smoothing, warm_order) moved from the default, and without the hole bypass.
 #: The learnt return model (``predictor="returns"``) lost to the rhythm on every held fold of
 #: two selections (2026-12-01 and 2026-12-04: bench/results README) and is no longer a candidate
-_RHYTHM = {"predictor": "rhythm", "bypass": "holes", "patience": 1.5, "gap_smoothing": 0.05, "warm_order": "farthest"}
+_RHYTHM = {"predictor": "rhythm", "bypass": "holes", "patience": 1.5, "gap_smoothing": 0.05, "warm_order": "farthest",
+           "request_done": "idle"}
 TUNABLES: dict[str, list[dict[str, Any]]] = {
     "epicache": [
         _RHYTHM,
@@ -53,6 +54,7 @@ TUNABLES: dict[str, list[dict[str, Any]]] = {
         {**_RHYTHM, "patience": 2.0},
         {**_RHYTHM, "gap_smoothing": 0.2},
         {**_RHYTHM, "warm_order": "recent"},
+        {**_RHYTHM, "request_done": "visit"},
     ],
 }
 
@@ -123,7 +125,7 @@ def pooled_gap(rows: Sequence[tuple[SimResult, SimResult, SimResult]]) -> float:
 
 
 def run_folds(conversations: Sequence[Conversation], policies: Sequence[str], fractions: Sequence[float], *,
-              k: int = 5, gpu_blocks: int, seed: int = 0, session_tags: bool = True,
+              k: int = 5, gpu_blocks: int, seed: int = 0, session_tags: bool = True, request_ends: bool = False,
               tunables: Mapping[str, list[dict[str, Any]]] | None = None,
               on_result: Callable[[int, str, SimResult], None] | None = None) -> dict[str, Any]:
     """The cross-validated report (JSON-ready): per-fold rows, selections, held-fold and pooled gaps."""
@@ -148,7 +150,7 @@ def run_folds(conversations: Sequence[Conversation], policies: Sequence[str], fr
                     runs = [("default", simulate_belady(wl, gpu_hits, capacity, fraction))]
                 else:
                     runs = [(label(o), simulate(wl, gpu_hits, make_policy(name, seed, o), capacity, fraction,
-                                                session_tags=session_tags))
+                                                session_tags=session_tags, request_ends=request_ends))
                             for o in tunables.get(name, [{}])]
                 for tag, result in runs:
                     cell[(name, tag)] = result

@@ -19,6 +19,7 @@ the requests after it, and that a planted policy reading the future is caught).
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import asdict, dataclass
 
@@ -70,25 +71,41 @@ def split_tokens(workload: Workload, gpu_hits: list[int], tier_hits: list[int]) 
 
 
 def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolicy,
-                  capacity_blocks: int, session_tags: bool = True) -> list[int]:
+                  capacity_blocks: int, session_tags: bool = True, request_ends: bool = False) -> list[int]:
     """Run the tier; return each request's tier hit (leading run of blocks after the GPU hit).
 
     With ``session_tags`` each stored block's hint names its session (as an adapter that knows
     the conversation does); without, policies see only the prefix chain (parent, depth). Every
     block counts as one unit of ``capacity_blocks`` and as size 1 in the policy calls.
+
+    With ``request_ends`` the replay also does what vLLM's tier does when a request finishes
+    (``LifeboatTier.on_request_finished``): at the response's end (``workload.ends``) every
+    block of the prompt the tier holds is marked used, tail first, by
+    ``EvictionPolicy.request_done``. A real tier applies those uses at its next victim choice
+    (``Tier.touch``); here they are applied at the end's time, before any later request.
     """
     if capacity_blocks < 1:
         raise ValueError(f"capacity_blocks must be >= 1, got {capacity_blocks}")
+    if request_ends and workload.ends is None:
+        raise ValueError("request_ends needs the workload's response end times (Workload.ends)")
     present: set[int] = set()
     admit, insert, touch = policy.admit, policy.insert, policy.touch
-    remove, victim = policy.remove, policy.victim
+    remove, victim, done = policy.remove, policy.victim, policy.request_done
     add, discard = present.add, present.discard
     tier_hits: list[int] = []
     tags = workload.streams if session_tags else [None] * len(workload.blocks)
+    ends: list[tuple[float, int]] = []  # (end time, request index) of requests not ended yet
     now = [0.0]
     if hasattr(policy, "clock"):  # policies that reason about time see the replay's clock
         policy.clock = lambda: now[0]
-    for blocks, g, tag, t in zip(workload.blocks, gpu_hits, tags, workload.times, strict=True):
+    for n, (blocks, g, tag, t) in enumerate(zip(workload.blocks, gpu_hits, tags, workload.times, strict=True)):
+        while ends and ends[0][0] <= t:  # LifeboatTier.on_request_finished of each ended request
+            now[0], ended = heapq.heappop(ends)
+            for block in reversed(workload.blocks[ended]):
+                if block in present:
+                    done(block)  # type: ignore[arg-type]
+        if request_ends:
+            heapq.heappush(ends, (workload.ends[n], n))  # type: ignore[index]
         now[0] = t
         end = len(blocks)
         pos = g
@@ -119,10 +136,10 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
 
 def simulate(workload: Workload, gpu_hits: list[int], policy: EvictionPolicy, capacity_blocks: int,
              capacity_frac: float | None = None, label: str | None = None,
-             session_tags: bool = True) -> SimResult:
+             session_tags: bool = True, request_ends: bool = False) -> SimResult:
     """One policy at one size: token split and CPU seconds (one core, immune to other load)."""
     started = time.process_time()
-    tier_hits = replay_policy(workload, gpu_hits, policy, capacity_blocks, session_tags)
+    tier_hits = replay_policy(workload, gpu_hits, policy, capacity_blocks, session_tags, request_ends)
     engine, tiers, recomputed = split_tokens(workload, gpu_hits, tier_hits)
     return SimResult(label or policy.name, capacity_frac, capacity_blocks, engine, tiers, recomputed,
                      time.process_time() - started)

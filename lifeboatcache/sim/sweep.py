@@ -51,10 +51,12 @@ def run_sweep(
     gpu_blocks: int = DEFAULT_GPU_BLOCKS,
     seed: int = 0,
     session_tags: bool = True,
+    request_ends: bool = False,
     gpu_hits: list[int] | None = None,
     on_result: Callable[[SimResult], None] | None = None,
 ) -> list[SimResult]:
-    """Every policy (``belady`` = the offline optimum) at every tier size, fraction-major."""
+    """Every policy (``belady`` = the offline optimum) at every tier size, fraction-major
+    (``request_ends``: with vLLM's touches at each response's end, ``sim.replay.replay_policy``)."""
     for name in policies:  # fail before hours of simulation, not after
         if name != BELADY:
             make_policy(name, seed)
@@ -68,7 +70,7 @@ def run_sweep(
                 result = simulate_belady(workload, gpu_hits, capacity, fraction)
             else:
                 result = simulate(workload, gpu_hits, make_policy(name, seed), capacity, fraction,
-                                  session_tags=session_tags)
+                                  session_tags=session_tags, request_ends=request_ends)
             results.append(result)
             if on_result is not None:
                 on_result(result)
@@ -83,6 +85,7 @@ def run_option_sets(
     *,
     gpu_blocks: int = DEFAULT_GPU_BLOCKS,
     seed: int = 0,
+    request_ends: bool = False,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One policy under several option sets in one replay of the whole workload, LRU and Bélády
@@ -90,6 +93,7 @@ def run_option_sets(
 
     The folds (``sim.folds``) compare candidate options on 1/K of the sessions at a time; this
     shows how the same candidates do with every session sharing the tier (a heavier load).
+    ``request_ends``: replayed with vLLM's touches at each response's end, LRU too.
     """
     for options in option_sets:  # a bad option fails before the replays
         make_policy(policy, seed, options)
@@ -98,11 +102,12 @@ def run_option_sets(
     for fraction in fractions:
         capacity = workload.capacity_blocks(fraction)
         runs: list[tuple[str, dict[str, object] | None, SimResult]] = [
-            ("lru", None, simulate(workload, gpu_hits, make_policy("lru", seed), capacity, fraction)),
+            ("lru", None, simulate(workload, gpu_hits, make_policy("lru", seed), capacity, fraction,
+                                   request_ends=request_ends)),
             (BELADY, None, simulate_belady(workload, gpu_hits, capacity, fraction))]
         for options in option_sets:
             runs.append((policy, dict(options), simulate(workload, gpu_hits, make_policy(policy, seed, options),
-                                                         capacity, fraction)))
+                                                         capacity, fraction, request_ends=request_ends)))
         lru, best = runs[0][2].hit_frac, runs[1][2].hit_frac
         for name, options, result in runs:
             row = {"capacity_frac": fraction, "policy": name, "options": options,

@@ -26,6 +26,9 @@ class Workload:
     times: list[float]  # seconds since the replay started
     block_tokens: int
     working_set: int  # distinct blocks over all requests
+    #: when each request's response ended (its time + the recorded ``api_time``): an engine
+    #: adapter that reports finished requests (vLLM's) touches the prompt's blocks then
+    ends: list[float] | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -59,6 +62,7 @@ def workload_of(conversations: Sequence[Conversation], *, seed: int = 0, spread_
         times=[item.time for item in items],
         block_tokens=block_tokens,
         working_set=working_set,
+        ends=[item.time + item.request.api_time for item in items],
     )
 
 

@@ -189,6 +189,42 @@ def test_epicache_evicts_the_warm_session_served_last_by_default() -> None:
     assert evict(_two_sessions("farthest")) == key(7)
 
 
+@pytest.mark.parametrize(("request_done", "back_at"), [("idle", 120.0), ("visit", 160.0)])
+def test_epicache_counts_a_sessions_idle_time_from_its_finished_request(request_done: str, back_at: float) -> None:
+    """A request runs 50 s (generation), the session is back 10 s after each response: with the
+    ends reported (``request_done``) the rhythm learns the 10 s and expects it at end + 10 s; as
+    plain visits the end's 50 s since the request began counts as a gap."""
+    epi = EpiCachePolicy(EpiCacheConfig(gap_smoothing=1.0, request_done=request_done))  # type: ignore[arg-type]
+    epi.clock = clock = FakeClock()
+
+    def other(t: float) -> None:  # another session's operation: the visit before it is over
+        epi.insert(key(1000 + int(t)), 1, BlockHint("other", None, 0))
+
+    for start in (0.0, 60.0):
+        clock.now = start
+        store_chain(epi, range(8), tag="a")
+        other(start)
+        clock.now = start + 50.0
+        for i in reversed(range(8)):  # the finished request's chain, tail first
+            epi.request_done(key(i))
+        other(start + 50.0)
+    assert epi.expected_return("a") == back_at
+
+
+def test_epicache_learns_the_rhythm_of_a_session_it_sees_only_at_its_ends() -> None:
+    """Requests served from a cache above the tier (vLLM's CPU tier) reach it only at their end:
+    the gap from one end to the next is then all there is to learn, and is learnt."""
+    epi = EpiCachePolicy(EpiCacheConfig(gap_smoothing=1.0))
+    epi.clock = clock = FakeClock()
+    store_chain(epi, range(8), tag="a")
+    for t in (50.0, 110.0, 170.0):
+        epi.insert(key(1000 + int(t)), 1, BlockHint("other", None, 0))  # another session in between
+        clock.now = t
+        for i in reversed(range(8)):
+            epi.request_done(key(i))
+    assert epi.expected_return("a") == 230.0
+
+
 def test_epicache_first_gap_of_a_new_episode_is_the_mean_so_far() -> None:
     epi = EpiCachePolicy(EpiCacheConfig(predictor="rhythm"))
     epi.clock = clock = FakeClock()

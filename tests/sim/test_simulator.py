@@ -35,6 +35,33 @@ def test_hits_are_leading_runs_split_between_gpu_and_tier() -> None:
     assert result.tokens_from_tiers == 64 * 3  # only request 1 hits [1,2,3]
 
 
+def test_request_ends_touch_the_held_blocks_tail_first_at_the_responses_end() -> None:
+    """``request_ends``: what vLLM's tier does when a request finishes, at the end's time, before later requests."""
+    from dataclasses import replace
+
+    from lifeboatcache_core.builtin.lru import LRUPolicy
+
+    class Recording(LRUPolicy):
+        def __init__(self) -> None:
+            super().__init__()
+            self.clock = lambda: 0.0  # the replay sets it
+            self.done: list[tuple[float, int]] = []
+
+        def request_done(self, key):  # type: ignore[no-untyped-def]
+            self.done.append((self.clock(), key))
+            super().request_done(key)
+
+    # request 0 [1,2,3] at 0 s ends at 15 s; request 1 [7] at 10 s ends at 12 s; request 2 at 20 s
+    wl = replace(workload([[1, 2, 3], [7], [1, 2, 3, 4]]), ends=[15.0, 12.0, 29.0])
+    policy = Recording()
+    simulate(wl, [0, 0, 0], policy, capacity_blocks=3, request_ends=True)
+    # 7 evicted 1 (LRU): request 0's end touches the held 3, 2; request 2's end (29 s) never comes
+    assert policy.done == [(12.0, 7), (15.0, 3), (15.0, 2)]
+    policy = Recording()
+    simulate(wl, [0, 0, 0], policy, capacity_blocks=3)
+    assert policy.done == []
+
+
 def test_gpu_cache_serves_a_returning_prefix() -> None:
     wl = workload([[1, 2, 3], [1, 2, 3, 4]])
     assert gpu_prefix_hits(wl, 8) == [0, 3]
@@ -92,6 +119,33 @@ def test_bench_traces_json(traces_dir: Path) -> None:
         total = r["tokens_from_engine"] + r["tokens_from_tiers"] + r["tokens_recomputed"]
         assert total == report["prompt_tokens"]
         assert abs(r["hit_frac"] - (total - r["tokens_recomputed"]) / total) < 1e-4
+
+
+def test_bench_traces_request_ends_replays_vllms_touch_at_each_responses_end(traces_dir: Path) -> None:
+    def lru(*flag: str) -> dict[str, object]:
+        result = CliRunner().invoke(app, ["bench", "traces", "--traces", str(traces_dir), "--limit", "3",
+                                          "--capacity-frac", "0.05", "--gpu-blocks", "64", "--folds", "1",
+                                          "--policy", "lru", "--json", *flag])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)  # type: ignore[no-any-return]
+
+    with_ends, without = lru("--request-ends"), lru()
+    assert with_ends["request_ends"] is True and without["request_ends"] is False
+    # the ends reorder LRU's recency, and the traces' response times reach the replay
+    assert with_ends["results"][0]["hit_frac"] != without["results"][0]["hit_frac"]
+
+
+def test_epicaches_request_done_option_matters_only_where_requests_end(traces_dir: Path) -> None:
+    """Without ends (SGLang, LMCache, the default replay) both settings are the same policy."""
+    wl = load_workload(traces_dir, limit=3)
+    gpu = gpu_prefix_hits(wl, 64)
+
+    def hit_frac(request_done: str, request_ends: bool) -> float:
+        policy = make_policy("epicache", options={"request_done": request_done})
+        return simulate(wl, gpu, policy, wl.capacity_blocks(0.05), request_ends=request_ends).hit_frac
+
+    assert hit_frac("idle", False) == hit_frac("visit", False)
+    assert hit_frac("idle", True) != hit_frac("visit", True)
 
 
 def test_bench_traces_unknown_policy_names_the_choices(traces_dir: Path) -> None:

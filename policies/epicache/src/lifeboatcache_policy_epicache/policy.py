@@ -28,6 +28,13 @@ farthest ahead; ``"recent"``, the episode visited most recently, and ``"lru"`` r
 ``patience`` 1.5 and ``"farthest"`` were chosen by ``bench traces --folds 5`` on every held fold
 (2026-12-04); in one replay of all 150 traces at once 2.0 and ``"recent"`` do better (issue 17).
 
+Where a session's idle time starts (``request_done="idle"``, the default). An engine that
+reports finished requests (vLLM's tier: ``EvictionPolicy.request_done`` for the request's chain)
+tells the rhythm when a response ended: the session's clock restarts there, the gap it learns at
+its next request is the time from that end (a tool call, a user's reply) and not the generation
+before it, and its deadline and ``expected_return`` count from the end. Without such reports
+nothing changes. ``"visit"`` counts an end as one more visit.
+
 Bypass (``admit``, Bélády's bypass). Once the tier is full, a new block is not stored when its
 parent was evicted or bypassed (a prompt hits only its leading run, so a block after a hole is
 never read) and, with ``bypass="unlikely"`` and the returns predictor, when its episode is less
@@ -79,17 +86,25 @@ class EpiCacheConfig(PluginConfig):
     warm_order: Literal["recent", "farthest", "lru"] = Field(
         "farthest", description="among warm episodes evict the most recently visited, the one expected back "
         "last (last visit + its gap), or the least recently visited")
+    request_done: Literal["idle", "visit"] = Field(
+        "idle", description="rhythm: a finished request (an engine that reports them, vLLM) starts its session's "
+        "idle time, so gaps run from a response's end to the next request (idle), or counts as one more visit (visit)")
     clock: Literal["monotonic", "operations"] = Field(
         "monotonic", description="measure gaps in time.monotonic seconds, or in operations (inserts and touches)")
 
 
+#: ``_Episode.last_op`` of a session whose latest operation was the end of a request (``request_done``)
+_SINCE_END = -2
+
+
 class _Episode:
-    __slots__ = ("age_bin", "blocks", "bucket", "deadline", "heap", "klass", "last", "last_op", "log_gap",
-                 "move_seq", "warm_key")
+    __slots__ = ("age_bin", "blocks", "bucket", "deadline", "done_op", "heap", "klass", "last", "last_op",
+                 "log_gap", "move_seq", "warm_key")
 
     def __init__(self, op: int, now: float, log_gap: float) -> None:
         self.last = now  # start of the latest visit
         self.last_op = op
+        self.done_op = -2  # rhythm: the operation of the latest finished request's latest touch
         self.log_gap = log_gap
         self.deadline = 0.0  # cold after this clock
         self.warm_key = 0.0  # order among warm episodes (min goes first)
@@ -111,6 +126,7 @@ class EpiCachePolicy(EvictionPolicy):
         self._patience = cfg.patience
         self._alpha = cfg.gap_smoothing
         self._warm_order = cfg.warm_order
+        self._idle_from_done = cfg.request_done == "idle" and cfg.predictor == "rhythm"
         self._clock = 0
         #: seconds for gaps and deadlines (``time.monotonic`` in a tier, the replay's clock in a
         #: simulation); ``None``: count operations instead (deterministic, load-relative)
@@ -209,6 +225,39 @@ class EpiCachePolicy(EvictionPolicy):
             self._clock += 1
             self._visit(found[0])
 
+    def request_done(self, key: BlockKey) -> None:
+        """A request of the block's session finished: with the rhythm predictor its idle time starts now.
+
+        The session's clock restarts here without learning the time since its request began as
+        a gap (that was generation, not idleness), so the gaps it learns are the ones from a
+        response's end to the next request (a tool call, a user's reply) and its deadline and
+        expected return count from the end. ``bench traces --request-ends`` (the replay with
+        the ends vLLM's tier reports) chose it on every held fold (2026-12-06, issue 17). The
+        rest of the finished request's chain (touched key after key) is the same end. A
+        session whose requests reach us only at their end (served from vLLM's CPU tier above
+        us) learns its gap from end to end, as before. With
+        ``request_done = "visit"``, and with the returns model, it is a visit (``touch``).
+        """
+        found = self._blocks.get(key)
+        if found is None:
+            return
+        self._clock += 1
+        if not self._idle_from_done:
+            self._visit(found[0])
+            return
+        episode_id = found[0]
+        episode = self._episodes[episode_id]
+        op = self._clock
+        if episode.done_op == op - 1:  # the same finished request's chain, key after key
+            episode.done_op = op
+            return
+        if episode.last_op == _SINCE_END:  # nothing since its last end: served above us (vLLM's CPU
+            self._visit(episode_id)  # tier), so this end is all we see of the request: learn it
+        episode.done_op = op
+        episode.last = now = self._now()
+        episode.last_op = _SINCE_END  # the session's next operation is a new visit, its gap counted from now
+        self._schedule(episode_id, episode, now)
+
     def remove(self, key: BlockKey) -> None:
         found = self._blocks.pop(key, None)
         if found is None:
@@ -273,8 +322,9 @@ class EpiCachePolicy(EvictionPolicy):
         return out
 
     def expected_return(self, tag: str) -> float | None:
-        """When session ``tag`` (its blocks' ``BlockHint.tag``) is expected back: its last visit plus its
-        learnt gap, on the policy's clock; None for a session it does not hold or an operations clock.
+        """When session ``tag`` (its blocks' ``BlockHint.tag``) is expected back: its last visit (the end of
+        its last request, where the engine reports ends: ``request_done``) plus its learnt gap, on the
+        policy's clock; None for a session it does not hold or an operations clock.
 
         Predictive staging (``lifeboatcache_core.staging.ReturnEstimator``) stages the session's
         blocks into the fastest tier ahead of this time.
@@ -341,12 +391,16 @@ class EpiCachePolicy(EvictionPolicy):
                 self._unlist(episode_id, episode)
                 self._list(episode_id, episode)
             return episode
+        self._schedule(episode_id, episode, now)
+        return episode
+
+    def _schedule(self, episode_id: Hashable, episode: _Episode, now: float) -> None:
+        """The rhythm's deadline and warm order of an episode last seen ``now``, pushed on the heaps."""
         gap = 2.0 ** episode.log_gap
         episode.deadline = now + gap * self._patience
         order = self._warm_order
         episode.warm_key = -now if order == "recent" else -(now + gap) if order == "farthest" else now
         self._push_rhythm(episode_id, episode)
-        return episode
 
     def _push_rhythm(self, episode_id: Hashable, episode: _Episode) -> None:
         self._seq += 1
