@@ -38,6 +38,16 @@ from lifeboatcache.sim.sweep import DEFAULT_GPU_BLOCKS, make_policy
 FRACTIONS = (0.02, 0.05, 0.1)
 
 
+def _continued_visit(policy: EpiCachePolicy, episode_id: Hashable) -> _Episode | None:
+    """The episode if this operation continues its visit (``EpiCachePolicy._visit``'s rule: no other
+    operation in between), its operation counted; None for a new visit."""
+    episode = policy._episodes.get(episode_id)
+    if episode is not None and policy._clock - episode.last_op <= 1:
+        episode.last_op = policy._clock
+        return episode
+    return None
+
+
 class Spread(EpiCachePolicy):
     """Rhythm with a learnt log-gap spread: cold at mean + z sd (log2 seconds)."""
 
@@ -48,11 +58,11 @@ class Spread(EpiCachePolicy):
         self._global_var = 1.0
 
     def _visit(self, episode_id: Hashable) -> _Episode:
+        same = _continued_visit(self, episode_id)
+        if same is not None:
+            return same
         op = self._clock
         episode = self._episodes.get(episode_id)
-        if episode is not None and op - episode.last_op <= 1:
-            episode.last_op = op
-            return episode
         now = self._now()
         if episode is None:
             episode = self._episodes[episode_id] = _Episode(op, now, self._global_log_gap)
@@ -85,11 +95,10 @@ class LastBlend(EpiCachePolicy):
         self._last_log: dict[Hashable, float] = {}
 
     def _visit(self, episode_id: Hashable) -> _Episode:
-        op = self._clock
+        same = _continued_visit(self, episode_id)
+        if same is not None:
+            return same
         episode = self._episodes.get(episode_id)
-        if episode is not None and op - episode.last_op <= 1:
-            episode.last_op = op
-            return episode
         before = None if episode is None else episode.last
         episode = super()._visit(episode_id)  # rhythm bookkeeping; we redo the deadline
         if before is not None:
