@@ -101,7 +101,7 @@ def tier_config(work: Path, codec: str, cpu_gb: float, io_threads: int) -> dict[
                             "io_threads": io_threads, "codec": registered}
     if options:
         tier["codec_options"] = options
-    return {"tiers": [tier], "engine": {"native_cpu_gb": cpu_gb}}
+    return {"tiers": [tier], "engine": {"vllm": {"native_cpu_gb": cpu_gb}}}
 
 
 def run_codec(codec: str, sessions: list[list[int]], prompt_tokens: int, gen_tokens: int, work: Path,

@@ -79,7 +79,7 @@ def engine_settings(model: str, tokens: int, work: Path, io_threads: int,
     and a load (c, d) reads the disk, never a page the store left in memory.
 
     Both tiers offload ``CHUNK_TOKENS``-token chunks (8 engine blocks): vLLM's fs tier through
-    the plan's ``chunk_tokens``, ours through ``engine.native_block_tokens``, whose default
+    the plan's ``chunk_tokens``, ours through ``engine.vllm.native_block_tokens``, whose default
     ("auto", one engine block per chunk) would give it twice the blocks of half the size and
     make the chunk size, not the tier, the difference measured.
     """
@@ -89,7 +89,7 @@ def engine_settings(model: str, tokens: int, work: Path, io_threads: int,
     lifeboat = {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 20, "path": str(work / "lifeboat-tier"),
                            "io_threads": io_threads, "codec": codec_name, "codec_from_fill": codec_from_fill,
                            "o_direct": o_direct}],
-                "engine": {"native_cpu_gb": 1.0, "native_block_tokens": CHUNK_TOKENS}}
+                "engine": {"vllm": {"native_cpu_gb": 1.0, "native_block_tokens": CHUNK_TOKENS}}}
     return base, lifeboat
 
 

@@ -63,7 +63,7 @@ def prepare_stack(raw: dict[str, Any], work: Path, s3: dict[str, Any]) -> tuple[
     tiers[-1].update(s3)
     config = {**raw, "tiers": tiers}
     config.setdefault("dashboard", {"enabled": False})
-    config.setdefault("engine", {}).setdefault("native_cpu_gb", 1.0)
+    config.setdefault("engine", {}).setdefault("vllm", {}).setdefault("native_cpu_gb", 1.0)
     cfg = load_config_dict(config)  # a bad stack fails here, before any engine starts
     return config, cfg.tiers[files[-1]].label, cfg.tiers[-1].label
 

@@ -13,7 +13,7 @@
 
 Every offloading configuration moves chunks of the same size, so they differ only in the tier
 below: ``EngineSettings.chunk_tokens``, or by default one engine block (vLLM's own default, and
-what ``engine.native_block_tokens = "auto"`` gives lifeboatcache).
+what ``engine.vllm.native_block_tokens = "auto"`` gives lifeboatcache).
 """
 
 from __future__ import annotations
@@ -154,8 +154,8 @@ def cell_lifeboat_config(data: dict[str, Any], dram_gb: float, tier_dir: Path,
       "nvme"`` becomes ``<cell>/tiers/nvme``): each cell starts empty, and with ``--disk-gb``
       its tiers sit on the cell's own small filesystem. An absolute path is used as written, for
       a tier the user means to share (an NFS mount): the grid neither empties nor bounds it.
-    - ``fallback_local`` moves under ``tier_dir`` too; ``engine.native_cpu_gb`` becomes the
-      cell's DRAM size and ``engine.native_block_tokens`` the grid's ``chunk_tokens``, so every column moves
+    - ``fallback_local`` moves under ``tier_dir`` too; ``engine.vllm.native_cpu_gb`` becomes the
+      cell's DRAM size and ``engine.vllm.native_block_tokens`` the grid's ``chunk_tokens``, so every column moves
       the same chunks through the same CPU tier and differs only below it.
     - The dashboard serves on ``dashboard_port`` (the grid reads our tier's counters from its
       ``/metrics``), or is off without one.
@@ -165,8 +165,10 @@ def cell_lifeboat_config(data: dict[str, Any], dram_gb: float, tier_dir: Path,
         if isinstance(tier.get("path"), str):
             tier["path"] = _inside(tier_dir, tier["path"], f"tiers[{index}].path")
     config["fallback_local"] = {**(config.get("fallback_local") or {}), "path": str(tier_dir / "fallback")}
-    config["engine"] = {**(config.get("engine") or {}), "native_cpu_gb": dram_gb,
-                        "native_block_tokens": chunk_tokens or "auto"}
+    engine = dict(config.get("engine") or {})
+    engine["vllm"] = {**(engine.get("vllm") or {}), "native_cpu_gb": dram_gb,
+                      "native_block_tokens": chunk_tokens or "auto"}
+    config["engine"] = engine
     dashboard = {"enabled": True, "port": dashboard_port} if dashboard_port else {"enabled": False}
     config["dashboard"] = {**(config.get("dashboard") or {}), **dashboard}
     return config

@@ -62,3 +62,11 @@ def test_the_cache_writes_no_tiers_state() -> None:
     foreign = [f"cache.py:{line}: {statement}" for line, root, statement in _attribute_writes(source)
                if root not in own]
     assert not foreign, "cache.py writes another object's state:\n" + "\n".join(foreign)
+
+
+def test_cores_engine_settings_are_only_what_core_reads() -> None:
+    """vLLM's chunk size, CPU tier and promotion rules are the vLLM adapter's (``[engine.vllm]``,
+    its ``VllmSettings``); core's ``EngineConfig`` holds only ``on_error`` (``engine.open_for_engine``)."""
+    from lifeboatcache_core.config import EngineConfig
+
+    assert set(EngineConfig.model_fields) == {"on_error"}

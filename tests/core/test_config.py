@@ -196,3 +196,48 @@ def test_cli_config_validate_lists_a_wrong_manifest_scheme(tmp_path: Path) -> No
     problems = {line.strip().split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines[1:]}
     assert set(problems) == {"tiers.0.durabilty", "tiers.0.manifest_url"}
     assert "unknown manifest 'sqlit'. Did you mean 'sqlite'?" in problems["tiers.0.manifest_url"]
+
+
+def test_an_adapters_options_sit_in_its_own_engine_table_checked_by_its_model(tmp_path: Path) -> None:
+    """``[engine.vllm]`` is the vLLM adapter's: core keeps it as written, the adapter's registered
+    model checks it at load, each problem under its key path; core's own engine key is on_error."""
+    cfg = load_config_dict({"engine": {"on_error": "fail", "vllm": {"native_cpu_gb": 8, "promotion_budget": 0.25}}})
+    assert cfg.engine.on_error == "fail"
+    assert cfg.engine.adapter_table("vllm") == {"native_cpu_gb": 8, "promotion_budget": 0.25}
+    assert cfg.engine.adapter_table("sglang") == {}
+    assert load_config_dict(cfg.model_dump(mode="json")).engine == cfg.engine  # survives a dump (vLLM ships it)
+    with pytest.raises(ConfigError, match=r"engine\.vllm\.native_cpu_gb: Input should be greater than 0; "
+                                          r"engine\.vllm\.promotion_budgt: unknown key; "
+                                          r".*did you mean 'promotion_budget'"):
+        load_config_dict({"engine": {"vllm": {"native_cpu_gb": -1, "promotion_budgt": 0.2}}})
+    with pytest.raises(ConfigError, match=r"engine\.vllm: must be a table"):
+        load_config_dict({"engine": {"vllm": 8}})
+    with pytest.raises(ConfigError, match=r"engine\.vlm: unknown key; valid keys: on_error, .*vllm; "
+                                          r"did you mean 'vllm'"):
+        load_config_dict({"engine": {"vlm": {}}})
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[engine]\non_error = "fail"\n[engine.vllm]\nnative_cpu_gb = 0\nvllm_mode = "sglang"\n')
+    result = _cli("config", "validate", str(bad))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].endswith("2 problems"), result.stderr
+    problems = {line.strip().split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines[1:]}
+    assert set(problems) == {"engine.vllm.native_cpu_gb", "engine.vllm.vllm_mode"}
+
+
+def test_an_adapter_option_at_the_engine_level_says_where_it_moved() -> None:
+    """Configs written before the adapters owned their options: one line that says the new place."""
+    with pytest.raises(ConfigError, match=r"engine\.native_cpu_gb: an option of the vllm adapter: move it to its "
+                                          r"own table, \[engine\.vllm\] native_cpu_gb = "):
+        load_config_dict({"engine": {"native_cpu_gb": 8}})
+
+
+def test_the_table_of_an_adapter_not_installed_here_is_kept_unchecked() -> None:
+    """One config file for nodes running different engines: a node without the vLLM adapter
+    loads it, and keeps the table for whoever reads it."""
+    from lifeboatcache_core.plugins import get_registry
+
+    get_registry().entries["adapter"].pop("vllm", None)  # as if lifeboatcache-vllm were absent
+    cfg = load_config_dict({"engine": {"vllm": {"native_cpu_gb": 8, "not_checked_here": 1}}})
+    assert cfg.engine.adapter_table("vllm") == {"native_cpu_gb": 8, "not_checked_here": 1}

@@ -46,7 +46,7 @@ def test_configurations_differ_only_in_the_tier_below(tmp_path: Path) -> None:
     fs_cuda = _transfer(server_spec("vllm-fs", cuda, 1, tmp_path).args)["kv_connector_extra_config"]
     assert fs_cuda["spec_name"] == "TieringOffloadingSpec"
     assert "block_size" not in native_cuda and "block_size" not in fs_cuda  # one engine block, vLLM's default
-    assert ours["lifeboatcache"]["engine"]["native_block_tokens"] == "auto"  # one engine block too
+    assert ours["lifeboatcache"]["engine"]["vllm"]["native_block_tokens"] == "auto"  # one engine block too
     assert "--enforce-eager" not in server_spec("vllm", cuda, 1, tmp_path).args
 
 
@@ -56,7 +56,7 @@ def test_every_column_moves_the_chunk_size_asked_for(tmp_path: Path) -> None:
     native, fs, ours = (_transfer(server_spec(c, cpu, 0.5, tmp_path / c).args)["kv_connector_extra_config"]
                         for c in ("vllm-native-cpu", "vllm-fs", "lifeboatcache"))
     assert native["block_size"] == fs["block_size"] == 64
-    assert ours["lifeboatcache"]["engine"]["native_block_tokens"] == 64
+    assert ours["lifeboatcache"]["engine"]["vllm"]["native_block_tokens"] == 64
 
 
 def test_grid_runs_fresh_servers_per_cell_and_writes_results(tmp_path: Path) -> None:

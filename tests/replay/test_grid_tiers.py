@@ -71,7 +71,7 @@ def test_a_config_file_is_a_column_with_its_stack_in_the_cell_directory(tmp_path
     ours = json.loads(args[args.index("--kv-transfer-config") + 1])["kv_connector_extra_config"]["lifeboatcache"]
     assert [(t["name"], t["codec"], t.get("path")) for t in ours["tiers"]] == [
         ("ram", "none", None), ("nvme", "lossless", str(Path(cell.tier_dir) / "nvme"))]
-    assert ours["engine"]["native_cpu_gb"] == 0.1 and ours["fallback_local"]["path"].startswith(cell.tier_dir)
+    assert ours["engine"]["vllm"]["native_cpu_gb"] == 0.1 and ours["fallback_local"]["path"].startswith(cell.tier_dir)
     assert ours["dashboard"]["enabled"] and cell.extra["tier"]["lifeboat"]["tiers"]["nvme"]["puts"] == 6
     assert "| lifeboatcache:lossless | 0.1 | 2 |" in markdown_table(results)
 

@@ -583,6 +583,10 @@ class EngineAdapter(ABC):
     name: ClassVar[str]
     engine: ClassVar[str]
     engine_requirement: ClassVar[str] = ""
+    #: the options of its ``[engine.<name>]`` config table (none by default); register it as an
+    #: import string too (``register.adapter(..., config=...)``) so checking a config never
+    #: imports the adapter, and with it the engine
+    config_model: ClassVar[type[PluginConfig]] = PluginConfig
 
     @classmethod
     @abstractmethod

@@ -202,33 +202,80 @@ class FallbackConfig(StrictModel):
     enabled: bool = True
 
 
-class EngineConfig(StrictModel):
-    """How engine adapters behave; read by adapters, not by the core."""
+class EngineConfig(BaseModel):
+    """How engines use the cache: ``on_error`` is the core's (``engine.open_for_engine``); every
+    other key is an adapter's name and its table that adapter's own options, checked against the
+    config model the adapter registers (``register.adapter(name, ..., config=...)``) as a tier's
+    backend options are against its backend's:
+
+        [engine]
+        on_error = "fail"
+        [engine.vllm]
+        native_cpu_gb = 8
+
+    The core never reads an adapter's table; the adapter does (``adapter_table``). A table of an
+    adapter that is known but not installed here is kept unchecked, so one config file serves
+    nodes that run different engines.
+    """
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
 
     on_error: OnError = "serve"
-    native_block_tokens: int | Literal["auto"] = "auto"
-    native_cpu_gb: float | None = Field(default=None, gt=0)
-    vllm_mode: Literal["native", "lmcache"] = "native"
-    #: vLLM native mode: once the bottom tier is full, a chunk vLLM's CPU tier holds stays only
-    #: there and is stored here when that tier is about to drop it (``lifeboatcache_vllm.cpu_shadow``):
-    #: full, the two tiers hold different chunks instead of mostly the same ones
-    exclusive_when_full: bool = True
-    #: vLLM native mode: a chunk found only here is answered one scheduler step after it is first
-    #: asked for (RETRY, then HIT), as vLLM's own fs tier answers every lookup. The step's
-    #: requests that vLLM's CPU tier serves whole are scheduled first, and our promotions into
-    #: that tier (each evicts its coldest row) no longer push out the chunks they are about to
-    #: load. Measured (bench/results/grid-2026-12-01-r5): unbounded disk TTFT 4.49 s on vs
-    #: 5.12 s off (vllm-fs 4.51 s), bounded disk 1.13x vs 1.00x of vllm-fs
-    defer_promotions: bool = True
-    #: vLLM native mode: the share of vLLM's CPU-tier rows that promotions from here may fill for
-    #: requests not yet scheduled. vLLM promotes a waiting request's whole prefix as soon as a
-    #: lookup of it hits here, for every waiting request it scans in a step; past what its CPU
-    #: tier holds, later promotions evict earlier ones before their requests run (loaded again,
-    #: or a row it cannot allocate: a miss, and the rest of that prompt is recomputed). A request
-    #: whose chunks here would not fit in the budget beside those already promoted for others is
-    #: answered RETRY until they are scheduled; one request is always let through. 0: off. 0.5 was
-    #: best of 0.25/0.5/0.75/1.0 at 16 agents (bench/results, thirty-first and thirty-second rounds)
-    promotion_budget: float = Field(default=0.5, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _adapter_tables(self) -> EngineConfig:
+        for name, table in (self.model_extra or {}).items():
+            problems = adapter_table_problems(name, table)
+            if problems:
+                reason = "; ".join(f"{where}: {why}" for where, why in problems)
+                raise PydanticCustomError(_RECHECKED, "{reason}", {"where": "", "reason": reason})
+        return self
+
+    def adapter_table(self, name: str) -> dict[str, Any]:
+        """``[engine.<name>]`` as written (empty when absent): the adapter validates it with its own model."""
+        return dict((self.model_extra or {}).get(name) or {})
+
+
+def adapter_table_problems(name: str, table: Any) -> list[tuple[str, str]]:
+    """``(key path, reason)`` per problem of the engine key ``name``: no such adapter, or its
+    table breaks the adapter's model (each option under its own path, ``engine.vllm.native_cpu_gb``)."""
+    from lifeboatcache_core.plugins import get_registry
+
+    registry = get_registry()
+    where = f"engine.{name}"
+    try:
+        model = registry.config_model("adapter", name)
+    except UnknownPluginError:
+        owners = [a for a in registry.names("adapter") if name in _declared_options(a)]
+        if owners:
+            return [(where, f"an option of the {owners[0]} adapter: move it to its own table, "
+                            f"[engine.{owners[0]}] {name} = ...")]
+        return [(where, _unknown_key(name, ["on_error", *registry.names("adapter")]))]
+    except LifeboatError:
+        return []  # a known adapter not installed here: its own nodes check the table
+    if not isinstance(table, dict):
+        return [(where, f"must be a table of the {name} adapter's options ([engine.{name}])")]
+    try:
+        model.model_validate(table)
+    except ValidationError as exc:
+        return [(f"{where}.{key}" if key else where, reason) for key, reason in validation_problems(exc, model)]
+    return []
+
+
+def _declared_options(adapter: str) -> set[str]:
+    """The option names of an adapter that registers its config model by import string.
+
+    Only those: loading an adapter's class to find its model may import its engine.
+    """
+    from lifeboatcache_core.plugins import get_registry
+
+    registry = get_registry()
+    if not registry.registration("adapter", adapter).config:
+        return set()
+    try:
+        return set(registry.config_model("adapter", adapter).model_fields)
+    except LifeboatError:
+        return set()
 
 
 class DashboardConfig(StrictModel):
@@ -277,9 +324,10 @@ class StagingConfig(StrictModel):
         return self.rate_mb_s * 1e6
 
 
-#: the error type of a problem of the stack as a whole that names one tier's key: reported under
-#: that key's path (``ctx["where"]``), not at the top level (``_problem``, ``config_problems``)
-_STACK_ERROR = "tier_stack"
+#: the error type of a problem a model validator finds under a key path of its choosing (the
+#: stack as a whole naming one tier's key, an adapter's table): ``_problem`` reports it under
+#: ``ctx["where"]``; ``config_problems`` skips it and checks the mapping itself, key by key
+_RECHECKED = "rechecked"
 
 
 def _stack_problems(tiers: list[tuple[str, bool]]) -> list[tuple[str, str]]:
@@ -323,7 +371,7 @@ class LifeboatConfig(StrictModel):
                 f"tier names must be unique; give each tier a distinct `name` (repeated: {', '.join(dupes)})"
             )
         for where, reason in _stack_problems([(t.label, t.stage) for t in self.tiers]):
-            raise PydanticCustomError(_STACK_ERROR, "{reason}", {"where": where, "reason": reason})
+            raise PydanticCustomError(_RECHECKED, "{reason}", {"where": where, "reason": reason})
         return self
 
 
@@ -365,7 +413,7 @@ def _problem(err: Any, model: type[BaseModel]) -> tuple[str, str]:
         return where, _unknown_key(str(loc[-1]) if loc else "", _valid_keys(model, loc[:-1]))
     if err["type"] == "missing":
         return where, "required key is missing"
-    if err["type"] == _STACK_ERROR:
+    if err["type"] == _RECHECKED:
         return err["ctx"]["where"], err["ctx"]["reason"]
     return (where if loc else "", err["msg"].removeprefix("Value error, "))
 
@@ -404,7 +452,7 @@ def config_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
         tier_level = len(loc) == 2 and loc[0] == "tiers" and isinstance(loc[1], int)
         if tier_level and err["type"] in _TIER_LEVEL and plugin_problems.get(loc[1]):
             continue  # the plugin checks below say it, key by key
-        if err["type"] == _STACK_ERROR:
+        if err["type"] == _RECHECKED:
             continue  # checked below on the mapping itself, which also works when other checks failed
         problems.append(_problem(err, LifeboatConfig))
     for i in sorted(plugin_problems):
@@ -412,6 +460,10 @@ def config_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
     if isinstance(tiers, list) and tiers and isinstance(tiers[-1], dict):
         problems.extend(_stack_problems([(str(t.get("name") or t.get("backend")), _is_true(t.get("stage")))
                                          if isinstance(t, dict) else ("?", False) for t in tiers]))
+    engine = data.get("engine")
+    for name, table in (engine.items() if isinstance(engine, dict) else ()):
+        if name not in EngineConfig.model_fields:
+            problems.extend(adapter_table_problems(name, table))
     return problems
 
 

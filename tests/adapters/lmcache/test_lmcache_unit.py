@@ -43,7 +43,7 @@ def test_on_error_of_a_broken_config_is_the_default(tmp_path: Path, monkeypatch:
 
 
 def test_server_command_puts_our_adapter_under_lmcache() -> None:
-    config = LifeboatConfig.model_validate({"engine": {"native_cpu_gb": 8}})
+    config = LifeboatConfig.model_validate({"engine": {"vllm": {"native_cpu_gb": 8}}})
     cmd = server.server_command(config, port=6001, config_path="/etc/lb.toml", model_path="/models/q")
     assert cmd[1:6] == ["server", "--host", "localhost", "--port", "6001"]
     assert cmd[cmd.index("--l1-size-gb") + 1] == "8"
@@ -61,7 +61,7 @@ def test_lmcache_mode_refuses_a_cpu_engine_and_says_why() -> None:
 
 def lmcache_mode_config(tmp_path: Path, mode: str) -> Path:
     path = tmp_path / "lb.toml"
-    path.write_text(f'[engine]\nvllm_mode = "{mode}"\n[[tiers]]\nbackend = "dram"\ncapacity_gb = 1\n')
+    path.write_text(f'[engine.vllm]\nvllm_mode = "{mode}"\n[[tiers]]\nbackend = "dram"\ncapacity_gb = 1\n')
     return path
 
 

@@ -57,7 +57,7 @@ def returning_turns(first: list[list[int]], answers: list[list[int]], seed: int 
 
 def tier_config(path: Path, cpu_gb: float = 0.05) -> dict[str, Any]:
     return {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 2, "path": str(path)}],
-            "engine": {"native_cpu_gb": cpu_gb}}
+            "engine": {"vllm": {"native_cpu_gb": cpu_gb}}}
 
 
 def write_serve_config(path: Path, tier: Path, cpu_gb: float = 0.05, dashboard_port: int | None = None) -> Path:
@@ -68,7 +68,7 @@ def write_serve_config(path: Path, tier: Path, cpu_gb: float = 0.05, dashboard_p
     """
     dashboard = "" if dashboard_port is None else f"[dashboard]\nport = {dashboard_port}\n"
     path.write_text(f'[[tiers]]\nname = "nvme"\nbackend = "file"\ncapacity_gb = 1\npath = "{tier}"\n'
-                    f"[engine]\nnative_cpu_gb = {cpu_gb}\n{dashboard}")
+                    f"[engine.vllm]\nnative_cpu_gb = {cpu_gb}\n{dashboard}")
     return path
 
 

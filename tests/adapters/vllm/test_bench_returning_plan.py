@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from lifeboatcache_vllm.offline import kv_transfer_config
-from lifeboatcache_vllm.settings import EXTRA_KEY, resolve_config
+from lifeboatcache_vllm.settings import EXTRA_KEY, resolve_config, vllm_settings
 from lifeboatcache_vllm.spec import chunk_blocks
 
 from lifeboatcache.bench.returning import CHUNK_TOKENS, engine_settings
@@ -26,7 +26,7 @@ def test_both_tiers_offload_the_same_chunk(tmp_path: Path) -> None:
 
     block = base["block_size"]
     engine_groups = SimpleNamespace(groups=(SimpleNamespace(tokens_per_block=block),))
-    ours = chunk_blocks(engine_groups, resolve_config(ours_extra[EXTRA_KEY]).engine.native_block_tokens) * block
+    ours = chunk_blocks(engine_groups, vllm_settings(resolve_config(ours_extra[EXTRA_KEY])).native_block_tokens) * block
     assert ours == fs_extra["block_size"] == CHUNK_TOKENS
 
 

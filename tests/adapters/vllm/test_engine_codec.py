@@ -64,7 +64,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     def plan(codec: str) -> dict[str, Any]:
         tier = {"name": "nvme", "backend": "file", "capacity_gb": 2, "path": str(work / codec), "codec": codec}
         return {**base, "connector": "lifeboat",
-                "lifeboat_config": {"tiers": [tier], "engine": {"native_cpu_gb": CPU_GB}}}
+                "lifeboat_config": {"tiers": [tier], "engine": {"vllm": {"native_cpu_gb": CPU_GB}}}}
 
     raw = run_engine(plan("none"), work / "none.log")
     with_tier = run_engine(plan("lossless"), work / "lossless.log")

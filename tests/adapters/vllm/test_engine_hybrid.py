@@ -50,7 +50,7 @@ ENGINE = {"dtype": "float32", "max_model_len": 1024, "block_size": 32, "num_gpu_
 
 def _tier_config(path: Path, native_block_tokens: int | str) -> dict[str, Any]:
     return {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 1, "path": str(path)}],
-            "engine": {"native_cpu_gb": ENGINE["cpu_gb"], "native_block_tokens": native_block_tokens}}
+            "engine": {"vllm": {"native_cpu_gb": ENGINE["cpu_gb"], "native_block_tokens": native_block_tokens}}}
 
 
 def full_chunk_tokens(prompt: list[int]) -> int:

@@ -59,9 +59,10 @@ def make_tier(config: Any, extra: dict[str, Any] | None = None, **kwargs: Any) -
     return tier, region
 
 
-def file_config(path: Path, **engine: Any) -> dict[str, Any]:
+def file_config(path: Path, on_error: str = "serve", **vllm: Any) -> dict[str, Any]:
+    """One file tier; ``vllm``: the adapter's options (``[engine.vllm]``)."""
     return {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 1, "path": str(path)}],
-            "engine": engine}
+            "engine": {"on_error": on_error, "vllm": vllm}}
 
 
 def finish(tier: LifeboatTier, job_id: int, timeout: float = 10.0) -> JobResult:
@@ -89,7 +90,7 @@ def test_store_then_load_round_trips_rows_and_reports_hits(tmp_path: Path) -> No
     assert tier.lookup(KEYS[0], ReqContext(req_id="r1")) is LookupResult.MISS
     tier.submit_store(job(1, KEYS, [0, 1, 2, 3], False))
     assert finish(tier, 1).success
-    # engine.defer_promotions (the default): asked in one scheduler step, answered in the next
+    # engine.vllm.defer_promotions (the default): asked in one scheduler step, answered in the next
     assert [tier.lookup(k, ReqContext(req_id="r2")) for k in KEYS] == [LookupResult.RETRY] * 4
     tier.on_schedule_end(SimpleNamespace(new_req_ids=[]))
     assert [tier.lookup(k, ReqContext(req_id="r2")) for k in KEYS] == [LookupResult.HIT] * 4
@@ -197,12 +198,12 @@ def test_a_full_tier_gives_up_a_chain_tail_first_once_its_stores_land(tmp_path: 
 SESSION_C = [bytes([i]) * 32 + b"\0\0\0\0" for i in range(21, 25)]
 
 
-def full_tier_holding_a(tmp_path: Path, keep_prefixes: bool = False, **engine: Any) -> tuple[LifeboatTier, np.ndarray]:
+def full_tier_holding_a(tmp_path: Path, keep_prefixes: bool = False, **vllm: Any) -> tuple[LifeboatTier, np.ndarray]:
     """A tier whose four chunks of session A (rows 0-3) fill it; every row holds its own bytes.
 
     Plain LRU unless ``keep_prefixes``: most tests are about which chunks reach the tier.
     """
-    config = file_config(tmp_path / "t", **engine)
+    config = file_config(tmp_path / "t", **vllm)
     config["tiers"][0]["keep_prefixes"] = keep_prefixes
     config["tiers"][0]["io_threads"] = 1  # stores land one after another: each evicts exactly one block
     tier, region = make_tier(config)
@@ -500,7 +501,7 @@ def test_autoenable_fills_kv_transfer_config_unless_given(tmp_path: Path, monkey
                                                           caplog: pytest.LogCaptureFixture) -> None:
     config_file = tmp_path / "lifeboat.toml"
     config_file.write_text(f'[[tiers]]\nbackend = "file"\ncapacity_gb = 1\npath = "{tmp_path / "t"}"\n'
-                           '[engine]\nnative_cpu_gb = 0.5\n')
+                           '[engine.vllm]\nnative_cpu_gb = 0.5\n')
     monkeypatch.setenv("LIFEBOAT_CACHE_CONFIG", str(config_file))
     args = SimpleNamespace(kv_transfer_config=None)
     assert autoenable.apply(args)
@@ -517,7 +518,7 @@ def test_autoenable_fills_kv_transfer_config_unless_given(tmp_path: Path, monkey
     assert "explicit --kv-transfer-config" in caplog.text
 
     config_file.write_text(f'[[tiers]]\nbackend = "file"\ncapacity_gb = 1\npath = "{tmp_path / "t"}"\n'
-                           '[engine]\nvllm_mode = "lmcache"\n')
+                           '[engine.vllm]\nvllm_mode = "lmcache"\n')
     lmcache_mode = SimpleNamespace(kv_transfer_config=None)
     assert not autoenable.apply(lmcache_mode) and lmcache_mode.kv_transfer_config is None
 
@@ -555,7 +556,8 @@ def test_spec_defaults_chunk_cpu_tier_and_fingerprints_weights(tmp_path: Path) -
     (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_bytes(b"weights-v1" * 1000)
     spec = LifeboatOffloadingSpec(_offloading_config({"lifeboatcache": {"tiers": [
-        {"backend": "file", "capacity_gb": 1, "path": str(tmp_path / "t")}], "engine": {"native_cpu_gb": 0.25}}},
+        {"backend": "file", "capacity_gb": 1, "path": str(tmp_path / "t")}],
+        "engine": {"vllm": {"native_cpu_gb": 0.25}}}},
         str(model)))
     assert spec.blocks_per_chunk == 1 and spec.extra_config["cpu_bytes_to_use"] == 2**28  # "auto": one block
     assert spec.lifeboat_namespace.block_tokens == 32 and spec.lifeboat_namespace.platform
@@ -569,7 +571,7 @@ def test_spec_defaults_chunk_cpu_tier_and_fingerprints_weights(tmp_path: Path) -
 
 
 def test_defer_promotions_answers_a_chunk_here_one_scheduler_step_after_it_is_asked_for(tmp_path: Path) -> None:
-    """engine.defer_promotions: RETRY in the step a chunk is first asked for, HIT from the next step.
+    """engine.vllm.defer_promotions: RETRY in the step a chunk is first asked for, HIT from the next step.
 
     A miss is answered at once (nothing to promote); without the setting a chunk here is a HIT at once.
     """
@@ -629,7 +631,7 @@ def test_hints_and_hit_tokens_follow_each_kv_groups_own_chunk_span(tmp_path: Pat
 
 def test_promotion_budget_holds_back_a_request_whose_chunks_would_not_fit_beside_earlier_promotions(
         tmp_path: Path) -> None:
-    """engine.promotion_budget: a HIT makes vLLM allocate a CPU-tier row at once, for every waiting
+    """engine.vllm.promotion_budget: a HIT makes vLLM allocate a CPU-tier row at once, for every waiting
     request it scans; past the budget (here half of 8 rows) a request waits (RETRY) until the
     requests let through before it are scheduled or finish. The first one always gets through."""
     keys = [bytes([0x40 + i]) * 32 + b"\0\0\0\0" for i in range(8)]

@@ -1,4 +1,4 @@
-"""``LIFEBOAT_CACHE=1`` with ``engine.vllm_mode = "lmcache"``: vLLM on LMCache, lifeboatcache below.
+"""``LIFEBOAT_CACHE=1`` with ``engine.vllm.vllm_mode = "lmcache"``: vLLM on LMCache, lifeboatcache below.
 
 Registered as a ``vllm.general_plugins`` entry point (vLLM calls :func:`load` in every
 process). It does nothing without the variable or in ``native`` mode (the vLLM adapter
@@ -24,11 +24,15 @@ _MARK = "_lifeboatcache_lmcache_wrapped"
 
 
 def lmcache_mode_selected() -> bool:
-    """True when ``$LIFEBOAT_CACHE`` is on and the config says ``engine.vllm_mode = "lmcache"``."""
+    """True when ``$LIFEBOAT_CACHE`` is on and the config says ``[engine.vllm] vllm_mode = "lmcache"``.
+
+    The vLLM adapter owns that table (and checks it); this package reads the one key as written,
+    so it does not depend on the vLLM adapter's package.
+    """
     if not enabled_by_env():
         return False
     try:
-        return load_lifeboat_config(None).engine.vllm_mode == "lmcache"
+        return load_lifeboat_config(None).engine.adapter_table("vllm").get("vllm_mode") == "lmcache"
     except Exception:
         return False  # the vLLM adapter reports a broken config
 

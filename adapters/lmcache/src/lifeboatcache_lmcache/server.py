@@ -55,15 +55,15 @@ def check_device(kind: str | None = None) -> str:
     kind = kind or device_kind()
     if kind == "cpu":
         raise LMCacheModeUnavailable(
-            "engine.vllm_mode = 'lmcache' needs LMCache's GPU KV-transfer kernels, and this engine runs on "
+            "engine.vllm.vllm_mode = 'lmcache' needs LMCache's GPU KV-transfer kernels, and this engine runs on "
             "the CPU (no CUDA/ROCm/XPU device): LMCache has no CPU connector, so vLLM would serve uncached. "
-            "Use engine.vllm_mode = 'native' (lifeboatcache's own CPU-capable tier) on this machine"
+            "Use engine.vllm.vllm_mode = 'native' (lifeboatcache's own CPU-capable tier) on this machine"
         )
     try:
         import lmcache  # noqa: F401
     except ImportError as exc:
         raise LMCacheModeUnavailable(
-            f"engine.vllm_mode = 'lmcache' needs LMCache in vLLM's environment ({exc}); install it with: "
+            f"engine.vllm.vllm_mode = 'lmcache' needs LMCache in vLLM's environment ({exc}); install it with: "
             "pip install 'lifeboatcache[lmcache]' 'lmcache>=0.5.6'"
         ) from exc
     return kind
@@ -79,8 +79,8 @@ def server_command(config: LifeboatConfig | None = None, *, port: int, host: str
                    l1_size_gb: float | None = None, config_path: str | None = None,
                    model_path: str | None = None) -> list[str]:
     """``lmcache server`` with lifeboatcache as its only L2 adapter."""
-    engine = (config or LifeboatConfig()).engine
-    l1 = l1_size_gb or engine.native_cpu_gb or DEFAULT_L1_GB
+    # vLLM's CPU tier size (the vLLM adapter's ``native_cpu_gb``) is LMCache's L1 in this mode
+    l1 = l1_size_gb or (config or LifeboatConfig()).engine.adapter_table("vllm").get("native_cpu_gb") or DEFAULT_L1_GB
     params: dict[str, Any] = {}
     if config_path:
         params["lifeboat_config"] = config_path

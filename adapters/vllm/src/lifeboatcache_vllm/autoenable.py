@@ -16,12 +16,14 @@ from typing import Any
 from lifeboatcache_core.patching import run_before
 
 from lifeboatcache_vllm.settings import (
+    ADAPTER,
     EXTRA_KEY,
     cpu_bytes,
     enabled_by_env,
     ensure_log_handler,
     on_error_of,
     resolve_config,
+    vllm_settings,
 )
 
 log = logging.getLogger("lifeboatcache.vllm")
@@ -44,7 +46,7 @@ def extra_config(source: Any = None) -> dict[str, Any]:
     return {
         "spec_name": SPEC_NAME,
         "spec_module_path": SPEC_MODULE,
-        "cpu_bytes_to_use": cpu_bytes(config.engine),
+        "cpu_bytes_to_use": cpu_bytes(vllm_settings(config)),
         # multi-turn reuse needs the assistant's tokens too (vLLM's default skips them)
         "offload_prompt_only": False,
         EXTRA_KEY: config.model_dump(mode="json", exclude_none=True),
@@ -76,9 +78,10 @@ def apply(engine_args: Any) -> bool:
         log.error("lifeboatcache: bad configuration, vLLM serves without it: %s", exc)
         return False
     lifeboat = settings["kv_connector_extra_config"][EXTRA_KEY]
-    if lifeboat.get("engine", {}).get("vllm_mode", "native") != "native":
-        log.info("lifeboatcache: engine.vllm_mode = %r; the native tier stays out (the LMCache adapter serves)",
-                 lifeboat["engine"]["vllm_mode"])
+    mode = lifeboat.get("engine", {}).get(ADAPTER, {}).get("vllm_mode", "native")  # checked by extra_config
+    if mode != "native":
+        log.info("lifeboatcache: engine.vllm.vllm_mode = %r; the native tier stays out (the LMCache adapter "
+                 "serves)", mode)
         return False
     from vllm.config import KVTransferConfig
 

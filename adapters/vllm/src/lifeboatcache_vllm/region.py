@@ -1,6 +1,6 @@
 """vLLM's CPU tier on the CPU backend, as a /dev/shm file that no exit path leaves behind.
 
-vLLM keeps its CPU tier (``cpu_bytes_to_use``, our ``engine.native_cpu_gb``) in
+vLLM keeps its CPU tier (``cpu_bytes_to_use``, our ``engine.vllm.native_cpu_gb``) in
 ``/dev/shm/vllm_offload_<engine id>.mmap`` (``SharedOffloadRegion``). The workers map it to
 copy KV pages; EngineCore's tiering manager maps it afterwards *by name* and hands it to the
 secondary tiers as ``primary_kv_view`` (``LifeboatTier`` reads and writes chunks there). The

@@ -11,24 +11,74 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
+from lifeboatcache_core.abc import PluginConfig
 from lifeboatcache_core.config import (
     ENV_CONFIG,
     EngineConfig,
     LifeboatConfig,
     TierConfig,
     default_cache_dir,
+    format_validation_error,
     load_config,
     load_config_dict,
     parse_text,
 )
 from lifeboatcache_core.errors import ConfigError
+from pydantic import Field, ValidationError
 
 #: set to 1 to let the ``vllm.general_plugins`` entry point enable lifeboatcache
 ENV_ENABLE = "LIFEBOAT_CACHE"
 #: the key of ``kv_connector_extra_config`` holding the lifeboatcache config mapping
 EXTRA_KEY = "lifeboatcache"
+#: the adapter's registered name: its options are the config's ``[engine.vllm]`` table
+ADAPTER = "vllm"
 GIB = 1024**3
 MAX_DEFAULT_CPU_BYTES = 16 * GIB
+
+
+class VllmSettings(PluginConfig):
+    """``[engine.vllm]``: how vLLM's offloading is set up around our tiers (native mode) or not.
+
+    The adapter's registered config model (``_plugin``), so loading a config checks the table;
+    the adapter reads it with :func:`vllm_settings`.
+    """
+
+    #: tokens per offloaded chunk (one key of ours); "auto": one engine KV block per chunk
+    native_block_tokens: int | Literal["auto"] = "auto"
+    #: vLLM's CPU tier (``cpu_bytes_to_use``); None: a quarter of RAM, at most 16 GiB. In
+    #: ``lmcache`` mode the LMCache server's L1 size unless its own is given
+    native_cpu_gb: float | None = Field(default=None, gt=0)
+    #: ``native``: our tier under vLLM's CPU tier; ``lmcache``: vLLM on LMCache, us below it as
+    #: its L2 adapter (``lifeboatcache_lmcache.autoenable`` serves that mode)
+    vllm_mode: Literal["native", "lmcache"] = "native"
+    #: native mode: once the bottom tier is full, a chunk vLLM's CPU tier holds stays only
+    #: there and is stored here when that tier is about to drop it (``lifeboatcache_vllm.cpu_shadow``):
+    #: full, the two tiers hold different chunks instead of mostly the same ones
+    exclusive_when_full: bool = True
+    #: native mode: a chunk found only here is answered one scheduler step after it is first
+    #: asked for (RETRY, then HIT), as vLLM's own fs tier answers every lookup. The step's
+    #: requests that vLLM's CPU tier serves whole are scheduled first, and our promotions into
+    #: that tier (each evicts its coldest row) no longer push out the chunks they are about to
+    #: load. Measured (bench/results/grid-2026-12-01-r5): unbounded disk TTFT 4.49 s on vs
+    #: 5.12 s off (vllm-fs 4.51 s), bounded disk 1.13x vs 1.00x of vllm-fs
+    defer_promotions: bool = True
+    #: native mode: the share of vLLM's CPU-tier rows that promotions from here may fill for
+    #: requests not yet scheduled. vLLM promotes a waiting request's whole prefix as soon as a
+    #: lookup of it hits here, for every waiting request it scans in a step; past what its CPU
+    #: tier holds, later promotions evict earlier ones before their requests run (loaded again,
+    #: or a row it cannot allocate: a miss, and the rest of that prompt is recomputed). A request
+    #: whose chunks here would not fit in the budget beside those already promoted for others is
+    #: answered RETRY until they are scheduled; one request is always let through. 0: off. 0.5 was
+    #: best of 0.25/0.5/0.75/1.0 at 16 agents (bench/results, thirty-first and thirty-second rounds)
+    promotion_budget: float = Field(default=0.5, ge=0.0, le=1.0)
+
+
+def vllm_settings(config: LifeboatConfig) -> VllmSettings:
+    """The config's ``[engine.vllm]`` table, checked (the model's defaults where it is absent)."""
+    try:
+        return VllmSettings.model_validate(config.engine.adapter_table(ADAPTER))
+    except ValidationError as exc:
+        raise ConfigError(f"engine.{ADAPTER}: {format_validation_error(exc, VllmSettings)}") from None
 
 
 def ensure_log_handler() -> None:
@@ -115,7 +165,7 @@ def on_error_of(source: Any) -> str:
 
 
 def default_cpu_bytes() -> int:
-    """vLLM's CPU tier when ``engine.native_cpu_gb`` is unset: a quarter of RAM, at most 16 GiB."""
+    """vLLM's CPU tier when ``engine.vllm.native_cpu_gb`` is unset: a quarter of RAM, at most 16 GiB."""
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
@@ -123,5 +173,5 @@ def default_cpu_bytes() -> int:
     return int(min(total // 4, MAX_DEFAULT_CPU_BYTES))
 
 
-def cpu_bytes(engine: EngineConfig) -> int:
-    return int(engine.native_cpu_gb * GIB) if engine.native_cpu_gb else default_cpu_bytes()
+def cpu_bytes(settings: VllmSettings) -> int:
+    return int(settings.native_cpu_gb * GIB) if settings.native_cpu_gb else default_cpu_bytes()

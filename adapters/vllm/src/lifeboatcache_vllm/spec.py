@@ -4,14 +4,14 @@ Selected by ``kv_connector_extra_config = {"spec_name": "LifeboatOffloadingSpec"
 "spec_module_path": "lifeboatcache_vllm.spec", ...}`` (the auto-enable plugin writes that).
 Over ``TieringOffloadingSpec`` it
 
-- chooses the offloaded chunk: ``engine.native_block_tokens`` = "auto" gives one engine block
+- chooses the offloaded chunk: ``engine.vllm.native_block_tokens`` = "auto" gives one engine block
   per chunk, as vLLM does by default. A prompt is served from the offload tiers in whole
   chunks only, so every request recomputes the part of its prefix past the last whole chunk:
   on agent sessions (16 agents, 8 rounds of the kv-cache-tester traces, 32-token blocks)
   256-token chunks made vLLM recompute 29.5k prompt tokens, 64-token ones 18.9k and one-block
   ones 17.6k, for vLLM's fs tier and ours alike (bench/results, sixth round). An explicit
   ``block_size``/``blocks_per_chunk`` in the extra config always wins;
-- sizes vLLM's CPU tier from ``engine.native_cpu_gb`` when ``cpu_bytes_to_use`` is not given
+- sizes vLLM's CPU tier from ``engine.vllm.native_cpu_gb`` when ``cpu_bytes_to_use`` is not given
   (default: a quarter of RAM, at most 16 GiB);
 - computes the namespace fingerprint once (``lifeboat_namespace``) for ``LifeboatTier``;
 - returns :class:`~lifeboatcache_vllm.worker.CpuOffloadingWorker` on vLLM's CPU platform,
@@ -28,7 +28,6 @@ import logging
 import os
 from typing import Any
 
-from lifeboatcache_core.config import EngineConfig
 from lifeboatcache_core.errors import ConfigError
 from lifeboatcache_core.keys import Namespace
 from vllm.platforms import current_platform
@@ -38,30 +37,30 @@ from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 
 from lifeboatcache_vllm.fingerprint import namespace_for
 from lifeboatcache_vllm.region import WorkerRegion, drop_name, region_path, sweep_dead_regions
-from lifeboatcache_vllm.settings import EXTRA_KEY, cpu_bytes, resolve_config
+from lifeboatcache_vllm.settings import EXTRA_KEY, VllmSettings, cpu_bytes, resolve_config, vllm_settings
 
 log = logging.getLogger("lifeboatcache.vllm")
 
 
-def _engine_settings(extra: Any) -> EngineConfig:
+def _engine_settings(extra: Any) -> VllmSettings:
     try:
-        return resolve_config(extra.get(EXTRA_KEY)).engine
+        return vllm_settings(resolve_config(extra.get(EXTRA_KEY)))
     except (ConfigError, OSError, ValueError):
-        return EngineConfig()  # the tier reports the broken config (and honours on_error) itself
+        return VllmSettings()  # the tier reports the broken config (and honours on_error) itself
 
 
 def chunk_blocks(config: OffloadingConfig, native_block_tokens: int | str) -> int:
-    """Engine blocks per offloaded chunk for ``engine.native_block_tokens``."""
+    """Engine blocks per offloaded chunk for ``engine.vllm.native_block_tokens``."""
     if native_block_tokens == "auto":
         return 1
     sizes = {g.tokens_per_block for g in config.groups}
     tokens = int(native_block_tokens)
     if len(sizes) != 1:
-        raise ConfigError(f"engine.native_block_tokens = {tokens} needs one KV block size; this model has "
+        raise ConfigError(f"engine.vllm.native_block_tokens = {tokens} needs one KV block size; this model has "
                           f"{sorted(sizes)}; use native_block_tokens = 'auto'")
     (size,) = sizes
     if tokens <= 0 or tokens % size:
-        raise ConfigError(f"engine.native_block_tokens = {tokens} must be a positive multiple of the engine's "
+        raise ConfigError(f"engine.vllm.native_block_tokens = {tokens} must be a positive multiple of the engine's "
                           f"block size ({size} tokens); use {max(size, tokens // size * size)} or 'auto'")
     return tokens // size
 

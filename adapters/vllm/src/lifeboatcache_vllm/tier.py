@@ -54,7 +54,7 @@ except ImportError:  # another vLLM: the shadow refreshes the whole chain instea
 from lifeboatcache_vllm.cpu_shadow import CpuTierShadow
 from lifeboatcache_vllm.fingerprint import namespace_for
 from lifeboatcache_vllm.session import request_session
-from lifeboatcache_vllm.settings import EXTRA_KEY, ensure_log_handler, on_error_of, resolve_config
+from lifeboatcache_vllm.settings import EXTRA_KEY, ensure_log_handler, on_error_of, resolve_config, vllm_settings
 
 log = logging.getLogger("lifeboatcache.vllm")
 
@@ -283,7 +283,7 @@ class LifeboatTier(SecondaryTierManager):
                             "config, locality, enable_kv_events")
         # as vLLM's fs tier: the enum's value exactly ("local" and "" are errors), none when not given
         self.locality = Locality(locality) if locality is not None else None
-        settings = resolve_config(source)
+        config = resolve_config(source)
         self.namespace = getattr(offloading_spec, "lifeboat_namespace", None) or namespace_for(
             offloading_spec.config, offloading_spec.blocks_per_chunk, "unknown",
             getattr(offloading_spec, "replicated_layout", False))
@@ -295,12 +295,13 @@ class LifeboatTier(SecondaryTierManager):
                                     for i, g in enumerate(offloading_spec.config.groups)}
         self._chunk_tokens = max(self._group_chunk_tokens.values())
         self._layout = self._chunk_layout(offloading_spec, self.namespace)
-        self._exclusive = settings.engine.exclusive_when_full
-        self._defer_promotions = settings.engine.defer_promotions
+        ours = vllm_settings(config)
+        self._exclusive = ours.exclusive_when_full
+        self._defer_promotions = ours.defer_promotions
         # at least one row when the budget is on: a tiny CPU tier must not silently turn it off
-        budget = settings.engine.promotion_budget
+        budget = ours.promotion_budget
         self._promotion_rows = max(1, int(self._primary_rows.shape[0] * budget)) if budget else 0
-        return settings
+        return config
 
     #: what the tier says when it cannot start (lifeboatcache_core.engine.open_for_engine)
     _give_up: ClassVar[EngineTexts] = EngineTexts(
@@ -368,7 +369,7 @@ class LifeboatTier(SecondaryTierManager):
                     mine.add(key)
                     entry[1] += 1
                 if entry[0] == self._step:
-                    return LookupResult.RETRY  # HIT from the next step on (see engine.defer_promotions)
+                    return LookupResult.RETRY  # HIT from the next step on (see engine.vllm.defer_promotions)
             if known and self._promotion_rows and not self._may_promote(cache, key, req_context):
                 return LookupResult.RETRY  # held back until earlier promotions are scheduled
             return self._answer(cache, key, known)
@@ -389,7 +390,7 @@ class LifeboatTier(SecondaryTierManager):
         return self._answer(cache, key, found)
 
     def _may_promote(self, cache: TieredCache, key: OffloadKey, req_context: ReqContext) -> bool:
-        """``engine.promotion_budget``: may vLLM promote this chunk of this request from here now?
+        """``engine.vllm.promotion_budget``: may vLLM promote this chunk of this request from here now?
 
         A HIT makes vLLM allocate a row of its CPU tier for the chunk at once, and it scans every
         waiting request in a step: with more promoted than that tier holds, later promotions evict
