@@ -96,7 +96,7 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
     tags = workload.streams if session_tags else [None] * len(workload.blocks)
     ends: list[tuple[float, int]] = []  # (end time, request index) of requests not ended yet
     now = [0.0]
-    if hasattr(policy, "clock"):  # policies that reason about time see the replay's clock
+    if getattr(policy, "clock", None) is not None:  # policies that reason about time see the replay's clock
         policy.clock = lambda: now[0]
     for n, (blocks, g, tag, t) in enumerate(zip(workload.blocks, gpu_hits, tags, workload.times, strict=True)):
         while ends and ends[0][0] <= t:  # LifeboatTier.on_request_finished of each ended request

@@ -321,6 +321,40 @@ def test_uses_from_above_keep_their_time_for_the_prefix_guard(tmp_path: Path,
         assert below._prefixes.idle_limit_s == 40.0
 
 
+def test_uses_from_above_reach_a_time_aware_policy_at_their_own_time(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same deferred uses, seen by EpiCache (``EvictionPolicy.clock``): two sessions read
+    in turn, each every 10 s, are expected back 10 s after their last reads, not a long gap
+    after the moment the tier happened to choose a victim. Applied at that moment (t = 1000 s),
+    the policy learnt one gap of about 1000 s each and expected both at about t = 1,000 s."""
+    from lifeboatcache_core.abc import BlockHint
+
+    from lifeboatcache_core import tier as tier_module
+
+    clock = [0.0]
+    monkeypatch.setattr(tier_module.time, "monotonic", lambda: clock[0])
+    below_tier = file_tier(tmp_path / "t", write="through", io_threads=1, keep_prefixes=False, policy="epicache")
+    with open_cache(tmp_path, DRAM, below_tier) as cache:
+        dram, below = cache.tiers
+        sessions = {"agent-a": keys(2), "agent-b": keys(2, start=10)}
+        for tag, ks in sessions.items():
+            hints = [BlockHint(parent=ks[i - 1] if i else None, depth=i, tag=tag) for i in range(2)]
+            assert all(cache.put(ks, blobs(2, 4096), hints=hints))
+        out = [bytearray(4096) for _ in range(2)]
+        for turn in range(1, 11):  # from DRAM: agent-a at 10, 20 ... 100 s, agent-b 5 s after each
+            for offset, ks in zip((0.0, 5.0), sessions.values(), strict=True):
+                clock[0] = 10.0 * turn + offset
+                hits = dram.stats.hits
+                assert all(cache.get(ks, out)) and dram.stats.hits == hits + 2
+        clock[0] = 1000.0
+        below.resize(below.capacity)  # its policy chooses victims: the uses are applied now
+        expected = [below.policy.expected_return(tag) for tag in sessions]  # type: ignore[attr-defined]
+        assert expected[0] is not None and 100.0 < expected[0] < 125.0, expected
+        assert expected[1] is not None and 105.0 < expected[1] < 130.0, expected
+        clock[0] = 1001.0
+        assert below.policy.clock() == 1001.0  # type: ignore[misc]  # outside applying uses: now
+
+
 def test_touch_never_waits_for_a_tiers_lock(tmp_path: Path) -> None:
     """``touch`` runs on the engine's scheduler thread (vLLM's ``touch`` and
     ``on_request_finished``): it must not wait while an I/O thread holds a tier's lock to choose

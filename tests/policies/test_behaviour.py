@@ -225,6 +225,24 @@ def test_epicache_learns_the_rhythm_of_a_session_it_sees_only_at_its_ends() -> N
     assert epi.expected_return("a") == 230.0
 
 
+@pytest.mark.parametrize("late", ["touch", "request_done"])
+def test_epicache_a_use_applied_after_a_later_visit_is_not_a_new_visit(late: str) -> None:
+    """A tier applies uses from above late, each at its own time (``Tier._policy_now``), while
+    stores reach the policy at once: a read at t = 25 s can arrive after a store at t = 30 s.
+    It belongs to a visit already counted; as a new one it taught a gap of 1 ms (or moved the
+    session's last visit back), and the session was expected back 1 ms after its last read."""
+    epi = EpiCachePolicy(EpiCacheConfig(gap_smoothing=1.0))
+    epi.clock = clock = FakeClock()
+    for t in (0.0, 10.0, 20.0, 30.0):  # a every 10 s, another session's store after each visit
+        clock.now = t
+        store_chain(epi, range(4), tag="a")
+        epi.insert(key(1000 + int(t)), 1, BlockHint("other", None, 0))
+    assert epi.expected_return("a") == 40.0
+    clock.now = 25.0  # the read at 25 s, applied now
+    getattr(epi, late)(key(0))
+    assert epi.expected_return("a") == 40.0
+
+
 def test_epicache_first_gap_of_a_new_episode_is_the_mean_so_far() -> None:
     epi = EpiCachePolicy(EpiCacheConfig(predictor="rhythm"))
     epi.clock = clock = FakeClock()

@@ -464,6 +464,11 @@ class EvictionPolicy(ABC):
 
     name: ClassVar[str]
     config_model: ClassVar[type[PluginConfig]] = PluginConfig
+    #: where a policy that reasons about time reads it (None: it does not, or counts operations).
+    #: Whoever calls the policy may point it elsewhere: a tier at the time each use happened, for
+    #: uses it applies later (``Tier.touch``), a simulation at its replay clock. Read it for every
+    #: "now"; never keep its value across calls.
+    clock: Callable[[], float] | None = None
 
     def __init__(self, config: PluginConfig | None = None, *, seed: int = 0) -> None:
         self.config = config if config is not None else self.config_model()

@@ -106,6 +106,10 @@ class Tier:
         #: payload to the backend before its thread encodes again, so one buffer per thread serves
         self._encode_out = ThreadScratch()
         self.policy: EvictionPolicy = registry.load("policy", cfg.policy)(cfg.policy_config, seed=seed)
+        #: the time of the use ``_apply_uses`` is handing the policy, else None (now)
+        self._use_at: float | None = None
+        if self.policy.clock is not None:  # it reasons about time: each use at its own, not when applied
+            self.policy.clock = self._policy_now
         self.backend: Backend | None = None
         # Reads and writes have pools of their own: an engine waits for a load (its request
         # cannot start), never for a store, so a load must not queue behind a burst of stores
@@ -456,16 +460,28 @@ class Tier:
                     policy.expect(key)
 
     def _apply_uses(self) -> None:
-        """Apply the uses ``touch`` kept, each at its own time (caller holds ``lock``).
+        """Apply the uses ``touch`` kept, each at its own time (caller holds ``lock``): the prefix
+        guard gets it as an argument, the policy from its clock (``_policy_now``).
 
         Only this pops, under the lock; ``touch`` only appends, which never shortens the deque
         (past ``maxlen`` an append drops one from the left and adds one): the ``len`` taken here
         can be popped, and later uses wait for the next victim choice.
         """
         pending = self._uses_pending
-        for _ in range(len(pending)):
-            at, keys, request_done = pending.popleft()
-            self._mark_used(keys, at, request_done)
+        try:
+            for _ in range(len(pending)):
+                at, keys, request_done = pending.popleft()
+                self._use_at = at
+                self._mark_used(keys, at, request_done)
+        finally:
+            self._use_at = None
+
+    def _policy_now(self) -> float:
+        """The policy's clock (``EvictionPolicy.clock``): the time of the use being applied, else
+        now. Without it a session's reads, kept for seconds or minutes until the next victim
+        choice, would all look as if made at that moment (tests/core/test_cache.py)."""
+        at = self._use_at
+        return time.monotonic() if at is None else at
 
     def _forget(self, key: BlockKey, *, row_gone: bool = False) -> int:
         """Remove ``key`` from index and policy (caller holds ``lock``); return its size.

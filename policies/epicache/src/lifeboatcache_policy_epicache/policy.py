@@ -253,8 +253,11 @@ class EpiCachePolicy(EvictionPolicy):
             return
         if episode.last_op == _SINCE_END:  # nothing since its last end: served above us (vLLM's CPU
             self._visit(episode_id)  # tier), so this end is all we see of the request: learn it
+        now = self._now()
+        if now < episode.last:  # an end a tier applied late, older than a visit seen since
+            return
         episode.done_op = op
-        episode.last = now = self._now()
+        episode.last = now
         episode.last_op = _SINCE_END  # the session's next operation is a new visit, its gap counted from now
         self._schedule(episode_id, episode, now)
 
@@ -370,6 +373,8 @@ class EpiCachePolicy(EvictionPolicy):
             episode.last_op = op
             return episode
         now = self._now()
+        if episode is not None and now < episode.last:  # a use a tier kept and applied late, older than
+            return episode  # a visit seen since (a store applied at once): part of a visit already counted
         if episode is None:
             episode = self._episodes[episode_id] = _Episode(op, now, self._global_log_gap)
         elif self._returns:
