@@ -225,7 +225,7 @@ class EngineConfig(BaseModel):
     @model_validator(mode="after")
     def _adapter_tables(self) -> EngineConfig:
         for name, table in (self.model_extra or {}).items():
-            problems = adapter_table_problems(name, table)
+            problems = _adapter_table_problems(name, table)
             if problems:
                 reason = "; ".join(f"{where}: {why}" for where, why in problems)
                 raise PydanticCustomError(_RECHECKED, "{reason}", {"where": "", "reason": reason})
@@ -236,7 +236,7 @@ class EngineConfig(BaseModel):
         return dict((self.model_extra or {}).get(name) or {})
 
 
-def adapter_table_problems(name: str, table: Any) -> list[tuple[str, str]]:
+def _adapter_table_problems(name: str, table: Any) -> list[tuple[str, str]]:
     """``(key path, reason)`` per problem of the engine key ``name``: no such adapter, or its
     table breaks the adapter's model (each option under its own path, ``engine.vllm.native_cpu_gb``)."""
     from lifeboatcache_core.plugins import get_registry
@@ -463,7 +463,7 @@ def config_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
     engine = data.get("engine")
     for name, table in (engine.items() if isinstance(engine, dict) else ()):
         if name not in EngineConfig.model_fields:
-            problems.extend(adapter_table_problems(name, table))
+            problems.extend(_adapter_table_problems(name, table))
     return problems
 
 
