@@ -781,6 +781,38 @@ class PolicyContract:
             p.remove(victim)
         assert taken == ahead
 
+    def test_a_time_aware_policy_reads_the_time_only_from_its_clock(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A policy with a ``clock`` takes every "now" from it: a tier points it at the time of
+        each use it applies late, a simulation at its replay time. The same operations at the
+        same clock times then evict the same blocks whatever ``time.monotonic`` says meanwhile."""
+        def run(wall: Any) -> list[BlockKey | None]:
+            monkeypatch.setattr(time, "monotonic", wall)
+            p = self.make_policy()
+            now = [0.0]
+            if p.clock is not None:
+                p.clock = lambda: now[0]
+            taken: list[BlockKey | None] = []
+            for turn in range(12):  # four sessions of prompt chains, back at their own rhythms
+                for s in range(4):
+                    if turn % (s + 1):
+                        continue
+                    now[0] = 10.0 * turn + s
+                    for depth in range(4):
+                        i = 100 * s + 10 * turn + depth
+                        p.insert(key(i), 100, BlockHint(f"s{s}", key(i - 1) if depth else None, depth))
+                    p.touch(key(100 * s))
+                now[0] += 1.0
+                for _ in range(3):
+                    victim = p.victim(None)
+                    taken.append(victim)
+                    if victim is not None:
+                        p.remove(victim)
+            return taken
+
+        real = time.monotonic
+        assert run(real) == run(lambda: 1e9 - 1e3 * real()), (
+            "the evictions changed with time.monotonic: read the time from the policy's clock")
+
     def _simulate(self, p: EvictionPolicy, ops: int, universe: int, capacity: int, seed: int,
                   present: set[BlockKey] | None = None) -> list[BlockKey]:
         """Drive ``p`` as a tier does; check the capacity invariant; return the victims."""
