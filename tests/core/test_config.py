@@ -108,6 +108,15 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "lifeboatcache", *args], capture_output=True, text=True, timeout=60)
 
 
+def _validate_problems(path: Path, count: int) -> dict[str, str]:
+    """``lifeboatcache config validate PATH``: exit 2, ``count`` problems, ``{key path: reason}``."""
+    result = _cli("config", "validate", str(path))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].endswith(f"{count} problems"), result.stderr
+    return {line.strip().split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines[1:]}
+
+
 def test_cli_config_validate(tmp_path: Path) -> None:
     good = tmp_path / "good.toml"
     good.write_text(f'[[tiers]]\nbackend = "file"\ncapacity_gb = 1\npath = "{tmp_path}"\n')
@@ -128,11 +137,7 @@ def test_cli_config_validate_lists_every_problem_at_once(tmp_path: Path) -> None
         '[[tiers]]\nname = "nvme"\nbackend = "fille"\ncapacity_gb = "lots"\n\n'
         f'[[tiers]]\nname = "disk"\nbackend = "file"\ncapacity_gb = 1\npath = "{tmp_path}"\n'
         'durabilty = "fsync"\n\n[engine]\non_eror = "serve"\n')
-    result = _cli("config", "validate", str(bad))
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert lines[0].endswith("4 problems"), result.stderr
-    problems = {line.strip().split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines[1:]}
+    problems = _validate_problems(bad, 4)
     assert set(problems) == {"tiers.0.backend", "tiers.0.capacity_gb", "tiers.1.durabilty", "engine.on_eror"}
     assert "Did you mean 'file'?" in problems["tiers.0.backend"]
     assert "did you mean 'durability'?" in problems["tiers.1.durabilty"]
@@ -147,11 +152,7 @@ def test_staging_table_is_validated_with_key_paths(tmp_path: Path) -> None:
     assert LifeboatConfig().staging.enabled is True
     bad = tmp_path / "bad.toml"
     bad.write_text('[staging]\nrate_mb_s = 0\nlead_s = -1\nthread_share = 1.5\nrate = 10\n')
-    result = _cli("config", "validate", str(bad))
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert lines[0].endswith("4 problems"), result.stderr
-    problems = {line.strip().split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines[1:]}
+    problems = _validate_problems(bad, 4)
     assert set(problems) == {"staging.rate_mb_s", "staging.lead_s", "staging.thread_share", "staging.rate"}
     assert "greater than 0" in problems["staging.rate_mb_s"]
     assert "greater than or equal to 0" in problems["staging.lead_s"]
@@ -189,11 +190,7 @@ def test_cli_config_validate_lists_a_wrong_manifest_scheme(tmp_path: Path) -> No
     bad = tmp_path / "bad.toml"
     bad.write_text(f'[[tiers]]\nbackend = "file"\ncapacity_gb = 1\npath = "{tmp_path}"\ndurabilty = "fsync"\n'
                    'manifest_url = "sqlit:///m.sqlite"\n')
-    result = _cli("config", "validate", str(bad))
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert lines[0].endswith("2 problems"), result.stderr
-    problems = {line.strip().split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines[1:]}
+    problems = _validate_problems(bad, 2)
     assert set(problems) == {"tiers.0.durabilty", "tiers.0.manifest_url"}
     assert "unknown manifest 'sqlit'. Did you mean 'sqlite'?" in problems["tiers.0.manifest_url"]
 
@@ -218,11 +215,7 @@ def test_an_adapters_options_sit_in_its_own_engine_table_checked_by_its_model(tm
 
     bad = tmp_path / "bad.toml"
     bad.write_text('[engine]\non_error = "fail"\n[engine.vllm]\nnative_cpu_gb = 0\nvllm_mode = "sglang"\n')
-    result = _cli("config", "validate", str(bad))
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert lines[0].endswith("2 problems"), result.stderr
-    problems = {line.strip().split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines[1:]}
+    problems = _validate_problems(bad, 2)
     assert set(problems) == {"engine.vllm.native_cpu_gb", "engine.vllm.vllm_mode"}
 
 
