@@ -539,6 +539,31 @@ def test_a_block_refused_for_room_is_staged_once_the_sooner_session_is_back(
     assert all(in_tier(cache, "nvme", b)), "b's blocks it gave up are still in the file tier"
 
 
+def test_a_block_the_top_tier_took_is_not_refused_for_a_lower_stage_tiers_room(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A staging copy goes to every stage tier above its source; a lower one without room is no
+    reason to try the block again once the top tier has it. Before, each such block was put back
+    in its plan's refused list, and a later pass found it in the top tier: a pass for nothing."""
+    from lifeboatcache_core.staging import Stager
+
+    refused: list[BlockKey] = []
+    real = Stager._refused
+    monkeypatch.setattr(Stager, "_refused", lambda self, key, plan: (refused.append(key), real(self, key, plan)))
+    no_room = BLOCK / 2 / GB  # less than one block: every store declined
+    cache = open_cache(tmp_path, dram_tier(64), file_tier(tmp_path / "nvme", capacity_gb=no_room, stage=True),
+                       {**file_tier(tmp_path / "remote"), "name": "remote"})
+    try:
+        a, _ = session(cache, "a", 8, start=0)
+        cache.all_tiers[0].discard(a)  # a is in the remote tier only
+        assert not any(in_tier(cache, "dram", a) + in_tier(cache, "nvme", a))
+        assert cache.stage("a", 0.0) == 8
+        assert cache.stager.wait_idle(TIMEOUT)
+        assert all(in_tier(cache, "dram", a)) and not any(in_tier(cache, "nvme", a))
+        assert refused == [], "blocks the top tier holds were refused for the tier below"
+    finally:
+        cache.close()
+
+
 def test_blocks_a_get_is_reading_are_no_staging_victims_until_it_is_done(
         stack: Callable[..., TieredCache]) -> None:
     """Between a get's lookup and its read, another session's staging must not evict what the get

@@ -696,8 +696,12 @@ class Stager:
                     if target.store(key, memoryview(data), block.layout, block.hint,
                                     evictable=lambda victim: self._evictable(victim, target, tag, plan)):
                         self._record(tag, key, block.nbytes, target.name, plan.eta)
-                    elif plan.hinted and not stocking and target.up and target.presence(key) is not True:
-                        self._refused(key, plan)  # a policy's estimate is not worth the room: dropped
+                    elif (plan.hinted and not stocking and target is targets[0] and target.up
+                          and target.presence(key) is not True):
+                        # tried again only for the top target: a lower one's room is a fallback,
+                        # and a retry that finds the block in the top tier has nothing to do. A
+                        # policy's estimate is not worth the room: dropped
+                        self._refused(key, plan)
                 finally:
                     remaining[0] -= 1
                     if not remaining[0]:
@@ -753,7 +757,7 @@ class Stager:
         self._wake.set()
 
     def _refused(self, key: BlockKey, plan: _Plan) -> None:
-        """A target had no room for ``key`` now: keep it in the plan for when room may be free.
+        """The top target had no room for ``key`` now: keep it in the plan for when room may be free.
 
         Staging only takes room the policy gives up and no earlier return needs; the room that
         a session expected back sooner holds becomes free when that session arrives or its plan
