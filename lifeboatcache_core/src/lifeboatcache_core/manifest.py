@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 from sqlalchemy import (
@@ -212,17 +211,6 @@ class Manifest(ManifestStore):
                 entry[0] += 1
                 entry[1] = now
             self._idle.clear()
-
-    def replace_all(self, rows: Iterable[tuple[BlockKey, int, int, str, str | None]]) -> None:
-        """Rewrite this tier's rows from scratch (a rebuild from the block files)."""
-        now = time.time()
-        values = [dict(tier=self.tier, namespace=k.namespace, digest=k.digest, size=size, stored_size=stored,
-                       codec=codec, created=now, last_access=now, hits=0, tag=tag)
-                  for k, size, stored, codec, tag in rows]
-        with self._engine.begin() as conn:
-            conn.execute(delete(blocks).where(blocks.c.tier == self.tier))
-            for start in range(0, len(values), self.max_batch):
-                conn.execute(blocks.insert(), values[start:start + self.max_batch])
 
     # ------------------------------------------------------------------ writer thread
 
