@@ -79,10 +79,12 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
     block counts as one unit of ``capacity_blocks`` and as size 1 in the policy calls.
 
     With ``request_ends`` the replay also does what vLLM's tier does when a request finishes
-    (``LifeboatTier.on_request_finished``): at the response's end (``workload.ends``) every
-    block of the prompt the tier holds is marked used, tail first, by
-    ``EvictionPolicy.request_done``. A real tier applies those uses at its next victim choice
-    (``Tier.touch``); here they are applied at the end's time, before any later request.
+    (``LifeboatTier.on_request_finished``): at the response's end (``workload.ends``) the
+    prompt's chain is handed over, tail first, to be marked used by
+    ``EvictionPolicy.request_done``. As in a real tier (``Tier.touch``), those uses are kept
+    and applied when the next new block is admitted and room is made for it (``Tier._reserve``),
+    each at its own time on the policy's clock, for the blocks the tier holds then: after the
+    reads of the requests that came in meanwhile, not before them.
     """
     if capacity_blocks < 1:
         raise ValueError(f"capacity_blocks must be >= 1, got {capacity_blocks}")
@@ -95,15 +97,23 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
     tier_hits: list[int] = []
     tags = workload.streams if session_tags else [None] * len(workload.blocks)
     ends: list[tuple[float, int]] = []  # (end time, request index) of requests not ended yet
+    ended: list[tuple[float, int]] = []  # ended, their uses kept until the next reservation (Tier.touch)
     now = [0.0]
     if getattr(policy, "clock", None) is not None:  # policies that reason about time see the replay's clock
         policy.clock = lambda: now[0]
-    for n, (blocks, g, tag, t) in enumerate(zip(workload.blocks, gpu_hits, tags, workload.times, strict=True)):
-        while ends and ends[0][0] <= t:  # LifeboatTier.on_request_finished of each ended request
-            now[0], ended = heapq.heappop(ends)
-            for block in reversed(workload.blocks[ended]):
+
+    def apply_ends() -> None:  # Tier._apply_uses: each kept use at its own time
+        current = now[0]
+        for now[0], n in ended:
+            for block in reversed(workload.blocks[n]):
                 if block in present:
                     done(block)  # type: ignore[arg-type]
+        ended.clear()
+        now[0] = current
+
+    for n, (blocks, g, tag, t) in enumerate(zip(workload.blocks, gpu_hits, tags, workload.times, strict=True)):
+        while ends and ends[0][0] <= t:  # LifeboatTier.on_request_finished of each ended request
+            ended.append(heapq.heappop(ends))
         if request_ends:
             heapq.heappush(ends, (workload.ends[n], n))  # type: ignore[index]
         now[0] = t
@@ -121,6 +131,8 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
             else:
                 hint = BlockHint(tag, parent, depth)  # type: ignore[arg-type]
                 if admit(block, 1, hint):  # type: ignore[arg-type]
+                    if ended:
+                        apply_ends()
                     while len(present) >= capacity_blocks:  # Tier._reserve
                         evicted = victim(block)  # type: ignore[arg-type]
                         if evicted is None:

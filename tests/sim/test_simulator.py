@@ -36,7 +36,8 @@ def test_hits_are_leading_runs_split_between_gpu_and_tier() -> None:
 
 
 def test_request_ends_touch_the_held_blocks_tail_first_at_the_responses_end() -> None:
-    """``request_ends``: what vLLM's tier does when a request finishes, at the end's time, before later requests."""
+    """``request_ends``: what vLLM's tier does when a request finishes, each use at the end's time (applied, as
+    a tier does, when the next new block is given room)."""
     from dataclasses import replace
 
     from lifeboatcache_core.builtin.lru import LRUPolicy

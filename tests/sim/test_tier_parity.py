@@ -7,14 +7,18 @@ the rest (``put``: ``Tier.store``), as an engine's offloading connector does. Th
 policy calls (``admit``, ``insert``, ``touch``, ``victim``, ``remove`` with the block and its
 hint) must be identical, and so must the per-request tier hits. The tier runs with
 ``keep_prefixes = false``: that guard is the tier's own veto on victims, which the simulator
-does not model.
+does not model. With vLLM's request ends (``request_ends``) each finished request's chain reaches
+the tier as ``TieredCache.touch(..., request_done=True)`` before the next request, as vLLM's
+tier reports it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from lifeboatcache_core.abc import BlockHint
 from lifeboatcache_core.builtin.lru import LRUPolicy
 from lifeboatcache_core.cache import TieredCache
@@ -55,6 +59,10 @@ class Recording(LRUPolicy):
         self.calls.append(("touch", self._int(key)))
         super().touch(key)
 
+    def request_done(self, key):  # type: ignore[no-untyped-def]
+        self.calls.append(("request_done", self._int(key)))
+        LRUPolicy.touch(self, key)
+
     def remove(self, key):  # type: ignore[no-untyped-def]
         self.calls.append(("remove", self._int(key)))
         super().remove(key)
@@ -82,7 +90,8 @@ def sessions_workload() -> Workload:
                     times=[5.0 * i for i in range(len(prompts))], block_tokens=64, working_set=len(distinct))
 
 
-def run_real_tier(tmp_path: Path, wl: Workload, gpu_hits: list[int], capacity_blocks: int) -> tuple[list[int], list]:
+def run_real_tier(tmp_path: Path, wl: Workload, gpu_hits: list[int], capacity_blocks: int,
+                  request_ends: bool = False) -> tuple[list[int], list]:
     ids = sorted({b for p in wl.blocks for b in p})
     key_of = {b: BlockKey("parity", b.to_bytes(8, "big") * 4) for b in ids}
     int_of: dict[Hashable, int] = {k: b for b, k in key_of.items()}
@@ -103,7 +112,10 @@ def run_real_tier(tmp_path: Path, wl: Workload, gpu_hits: list[int], capacity_bl
         with tier.lock:
             tier.policy = policy
         hits: list[int] = []
-        for blocks, g, tag in zip(wl.blocks, gpu_hits, wl.streams, strict=True):
+        ends = sorted((end, n) for n, end in enumerate(wl.ends or ())) if request_ends else []
+        for blocks, g, tag, t in zip(wl.blocks, gpu_hits, wl.streams, wl.times, strict=True):
+            while ends and ends[0][0] <= t:  # vLLM's tier: a finished request's chain, tail first
+                cache.touch([key_of[b] for b in reversed(wl.blocks[ends.pop(0)[1]])], request_done=True)
             tail = [key_of[b] for b in blocks[g:]]
             run = 0
             for known in cache.presence(tail):
@@ -123,15 +135,18 @@ def run_real_tier(tmp_path: Path, wl: Workload, gpu_hits: list[int], capacity_bl
         cache.close()
 
 
-def test_the_simulator_calls_the_policy_exactly_as_a_tier_does(tmp_path: Path) -> None:
+@pytest.mark.parametrize("request_ends", [False, True], ids=["requests", "request-ends"])
+def test_the_simulator_calls_the_policy_exactly_as_a_tier_does(tmp_path: Path, request_ends: bool) -> None:
     wl = sessions_workload()
+    if request_ends:  # each response ends 2 s after its request, before the next request (5 s on)
+        wl = replace(wl, ends=[t + 2.0 for t in wl.times])
     gpu_hits = gpu_prefix_hits(wl, 4)
     capacity = 30
     sim_policy = Recording()
-    sim_hits = replay_policy(wl, gpu_hits, sim_policy, capacity)
-    tier_hits, tier_calls = run_real_tier(tmp_path, wl, gpu_hits, capacity)
+    sim_hits = replay_policy(wl, gpu_hits, sim_policy, capacity, request_ends=request_ends)
+    tier_hits, tier_calls = run_real_tier(tmp_path, wl, gpu_hits, capacity, request_ends)
     kinds = {c[0] for c in sim_policy.calls}
-    assert kinds == {"admit", "insert", "touch", "victim", "remove"}  # every path was taken
+    assert kinds == {"admit", "insert", "touch", "victim", "remove"} | ({"request_done"} if request_ends else set())
     assert any(c[0] == "touch" for c in sim_policy.calls[1:]) and sum(sim_hits) > 0
     assert sim_policy.calls == tier_calls
     assert sim_hits == tier_hits
