@@ -243,6 +243,23 @@ def test_epicache_a_use_applied_after_a_later_visit_is_not_a_new_visit(late: str
     assert epi.expected_return("a") == 40.0
 
 
+def test_epicache_a_visit_interleaved_with_other_sessions_operations_stays_one_visit() -> None:
+    """A tier's write threads store two sessions' blocks at once, and it applies kept uses (reads
+    from above, finished requests) between a store's ``admit`` and its ``insert``: one session's
+    operations come with others' in between. Each such operation was a new visit, the session
+    learnt a gap of 1 ms and was expected back 1 ms after its latest store."""
+    epi = EpiCachePolicy(EpiCacheConfig(gap_smoothing=1.0))  # the gap learnt is the latest one
+    epi.clock = clock = FakeClock()
+    for visit in range(6):  # a and b come every 10 s, their stores interleaved over 40 ms
+        for i in range(4):
+            for s, tag in enumerate(("a", "b")):
+                clock.now = 10.0 * visit + 0.01 * i
+                k = key(1000 * s + 10 * visit + i)
+                epi.insert(k, 1, BlockHint(tag, None if i == 0 else key(1000 * s + 10 * visit + i - 1), i))
+    assert epi.expected_return("a") == pytest.approx(60.0)
+    assert epi.expected_return("b") == pytest.approx(60.0)
+
+
 def test_epicache_first_gap_of_a_new_episode_is_the_mean_so_far() -> None:
     epi = EpiCachePolicy(EpiCacheConfig(predictor="rhythm"))
     epi.clock = clock = FakeClock()
