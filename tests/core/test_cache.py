@@ -355,6 +355,39 @@ def test_uses_from_above_reach_a_time_aware_policy_at_their_own_time(tmp_path: P
         assert below.policy.clock() == 1001.0  # type: ignore[misc]  # outside applying uses: now
 
 
+def test_a_request_end_applied_inside_a_store_is_no_visit_of_the_storing_session(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full tier applies the uses it kept (here vLLM's request ends) inside a store, between
+    the policy's ``admit`` and ``insert`` of the block. EpiCache took the storing session's
+    ``insert`` after another session's ends as a new visit 0 s after the one its ``admit`` began,
+    learnt a gap of 1 ms, and expected a session that stores every 10 s back at once (110.001 s)."""
+    from lifeboatcache_core.abc import BlockHint
+
+    from lifeboatcache_core import tier as tier_module
+
+    clock = [0.0]
+    monkeypatch.setattr(tier_module.time, "monotonic", lambda: clock[0])
+    tier = file_tier(tmp_path / "t", io_threads=1, keep_prefixes=False, policy="epicache",
+                     policy_options={"gap_smoothing": 1.0})  # the gap learnt is the latest one
+    with open_cache(tmp_path, tier) as cache:
+        old = keys(40, start=5000)  # a full tier: every store needs a victim (EpiCache's admit then visits)
+        assert all(cache.put(old, blobs(40, 4096), hints=[BlockHint(tag="old", depth=0)] * 40))
+        cache.tiers[0].resize(cache.tiers[0].used)
+        chains: dict[str, list[BlockKey]] = {"a": [], "b": []}
+        for turn in range(12):  # a stores at 0, 10, 20 ... s; b at 5, 15 ... s and its request ends 1 s later
+            for offset, (tag, chain) in zip((0.0, 5.0), chains.items(), strict=True):
+                clock[0] = 10.0 * turn + offset
+                new = keys(1, start=(0 if tag == "a" else 1000) + turn)
+                hint = BlockHint(parent=chain[-1] if chain else None, depth=len(chain), tag=tag)
+                assert cache.put(new, blobs(1, 4096), hints=[hint]) == [True]
+                chain.extend(new)
+            clock[0] = 10.0 * turn + 6.0
+            cache.touch(chains["b"][::-1], request_done=True)  # applied inside a's next store
+        policy = cache.tiers[0].policy
+        expected = policy.expected_return("a")  # type: ignore[attr-defined]
+        assert expected == pytest.approx(120.0), expected
+
+
 def test_touch_never_waits_for_a_tiers_lock(tmp_path: Path) -> None:
     """``touch`` runs on the engine's scheduler thread (vLLM's ``touch`` and
     ``on_request_finished``): it must not wait while an I/O thread holds a tier's lock to choose
