@@ -104,7 +104,8 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
 
     def apply_ends() -> None:  # Tier._apply_uses: each kept use at its own time
         current = now[0]
-        for now[0], n in ended:
+        for at, n in ended:
+            now[0] = at
             for block in reversed(workload.blocks[n]):
                 if block in present:
                     done(block)  # type: ignore[arg-type]

@@ -24,8 +24,9 @@ rhythm: the (log-mean) clock gap between its visits (a visit = a run of operatio
 episode with no other operation in between, or within ``visit_window`` of the visit's start:
 a tier's write threads store several sessions' blocks at once, and it applies the uses it kept
 between a store's ``admit`` and ``insert``; taken as visits, those interleavings taught gaps
-of milliseconds, which under vLLM's request ends took 2 % all-at-once from 37 % of the gap to 5 %,
-bench/results 2026-12-06). Its *deadline* is ``last_visit + patience * gap``.
+of milliseconds: at 2 % of the working set, all 150 traces at once with vLLM's request ends,
+EpiCache closed 5 % of the LRU-Bélády gap instead of 37 %, bench/results 2026-12-06). Its
+*deadline* is ``last_visit + patience * gap``.
 An episode past its deadline is cold and goes first, most overdue first. While no episode is
 cold, the warm episode expected back last goes (``warm_order="farthest"``: ``last_visit + gap``
 farthest ahead; ``"recent"``, the episode visited most recently, and ``"lru"`` remain options).
