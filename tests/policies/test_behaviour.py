@@ -260,6 +260,21 @@ def test_epicache_a_visit_interleaved_with_other_sessions_operations_stays_one_v
     assert epi.expected_return("b") == pytest.approx(60.0)
 
 
+def test_epicache_a_long_visit_interleaved_with_others_stays_one_visit() -> None:
+    """A visit longer than the window (a long prompt's stores over seconds of prefill) interleaved
+    with another session's operations all along is still one visit: the window runs from the
+    session's previous operation, not from the visit's start (which taught gaps of 1 s)."""
+    epi = EpiCachePolicy(EpiCacheConfig(gap_smoothing=1.0))  # the gap learnt is the latest one
+    epi.clock = clock = FakeClock()
+    for visit in range(5):  # a's visits begin every 10 s and last 3 s, b's stores in between
+        for step in range(7):
+            for s, tag in enumerate(("a", "b")):
+                clock.now = 10.0 * visit + 0.5 * step
+                i = 10 * visit + step
+                epi.insert(key(1000 * s + i), 1, BlockHint(tag, key(1000 * s + i - 1) if i else None, i))
+    assert epi.expected_return("a") == pytest.approx(50.0)
+
+
 def test_epicache_first_gap_of_a_new_episode_is_the_mean_so_far() -> None:
     epi = EpiCachePolicy(EpiCacheConfig(predictor="rhythm"))
     epi.clock = clock = FakeClock()

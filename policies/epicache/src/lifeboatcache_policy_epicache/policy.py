@@ -21,7 +21,7 @@ scan of at most classes x bins (148) buckets, cached until a visit, a move or a 
 Which episode (``predictor="rhythm"``, the default: ``bench traces --folds 5`` chose it over the
 returns model on every held fold, issue 17). Every episode learns its own
 rhythm: the (log-mean) clock gap between its visits (a visit = a run of operations on the
-episode with no other operation in between, or within ``visit_window`` of the visit's start:
+episode with no other operation in between, or less than ``visit_window`` after its previous one:
 a tier's write threads store several sessions' blocks at once, and it applies the uses it kept
 between a store's ``admit`` and ``insert``; taken as visits, those interleavings taught gaps
 of milliseconds: at 2 % of the working set, all 150 traces at once with vLLM's request ends,
@@ -95,8 +95,8 @@ class EpiCacheConfig(PluginConfig):
         "idle", description="rhythm: a finished request (an engine that reports them, vLLM) starts its session's "
         "idle time, so gaps run from a response's end to the next request (idle), or counts as one more visit (visit)")
     visit_window: float = Field(
-        1.0, ge=0.0, description="an operation on an episode less than this many clock units after its visit "
-        "began belongs to that visit even when other episodes' operations came in between (a tier's concurrent "
+        1.0, ge=0.0, description="an operation on an episode less than this many clock units after its previous "
+        "one belongs to the same visit even when other episodes' operations came in between (a tier's concurrent "
         "stores, and the uses it applies late, interleave them); 0: only operations back to back")
     clock: Literal["monotonic", "operations"] = Field(
         "monotonic", description="measure gaps in time.monotonic seconds, or in operations (inserts and touches)")
@@ -108,10 +108,11 @@ _SINCE_END = -2
 
 class _Episode:
     __slots__ = ("age_bin", "blocks", "bucket", "deadline", "done_op", "heap", "klass", "last", "last_op",
-                 "log_gap", "move_seq", "warm_key")
+                 "log_gap", "move_seq", "seen", "warm_key")
 
     def __init__(self, op: int, now: float, log_gap: float) -> None:
         self.last = now  # start of the latest visit
+        self.seen = now  # its latest operation that read the clock (one after another episode's)
         self.last_op = op
         self.done_op = -2  # rhythm: the operation of the latest finished request's latest touch
         self.log_gap = log_gap
@@ -267,7 +268,7 @@ class EpiCachePolicy(EvictionPolicy):
         if now < episode.last:  # an end a tier applied late, older than a visit seen since
             return
         episode.done_op = op
-        episode.last = now
+        episode.last = episode.seen = now
         episode.last_op = _SINCE_END  # the session's next operation is a new visit, its gap counted from now
         self._schedule(episode_id, episode, now)
 
@@ -386,8 +387,8 @@ class EpiCachePolicy(EvictionPolicy):
         if episode is not None:
             if now < episode.last:  # a use a tier kept and applied late, older than a visit seen
                 return episode  # since (a store applied at once): part of a visit already counted
-            if now - episode.last < self._visit_window and episode.last_op != _SINCE_END:
-                episode.last_op = op  # the same visit, other episodes' operations in between
+            if now - episode.seen < self._visit_window and episode.last_op != _SINCE_END:
+                episode.last_op, episode.seen = op, now  # the same visit, others' operations in between
                 return episode
         if episode is None:
             episode = self._episodes[episode_id] = _Episode(op, now, self._global_log_gap)
@@ -396,14 +397,16 @@ class EpiCachePolicy(EvictionPolicy):
             self._model.observe(episode.klass, gap)
             episode.klass = gap_class(gap)
             episode.log_gap += self._alpha * (math.log2(max(gap, 1e-3)) - episode.log_gap)
-            episode.last, episode.last_op = now, op
+            episode.last = episode.seen = now
+            episode.last_op = op
         else:
             log_gap = math.log2(max(now - episode.last, 1e-3))
             episode.log_gap += self._alpha * (log_gap - episode.log_gap)
             if self._global_gaps < 100:
                 self._global_gaps += 1
             self._global_log_gap += (log_gap - self._global_log_gap) / self._global_gaps
-            episode.last, episode.last_op = now, op
+            episode.last = episode.seen = now
+            episode.last_op = op
         if self._returns:
             episode.age_bin = 0
             if episode.bucket is not None:
