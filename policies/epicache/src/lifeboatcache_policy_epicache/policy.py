@@ -112,7 +112,7 @@ class _Episode:
 
     def __init__(self, op: int, now: float, log_gap: float) -> None:
         self.last = now  # start of the latest visit
-        self.seen = now  # its latest operation that read the clock (one after another episode's)
+        self.seen = now  # its latest operation (visit_window counts from it)
         self.last_op = op
         self.done_op = -2  # rhythm: the operation of the latest finished request's latest touch
         self.log_gap = log_gap
@@ -382,6 +382,8 @@ class EpiCachePolicy(EvictionPolicy):
         episode = self._episodes.get(episode_id)
         if episode is not None and op - episode.last_op <= 1:  # same visit: operations back to back
             episode.last_op = op
+            if self._visit_window:
+                episode.seen = max(episode.seen, self._now())
             return episode
         now = self._now()
         if episode is not None:
