@@ -390,7 +390,8 @@ class EpiCachePolicy(EvictionPolicy):
             if now < episode.last:  # a use a tier kept and applied late, older than a visit seen
                 return episode  # since (a store applied at once): part of a visit already counted
             if now - episode.seen < self._visit_window and episode.last_op != _SINCE_END:
-                episode.last_op, episode.seen = op, now  # the same visit, others' operations in between
+                episode.last_op = op  # the same visit, others' operations in between
+                episode.seen = max(episode.seen, now)  # (a use applied late keeps its older time)
                 return episode
         if episode is None:
             episode = self._episodes[episode_id] = _Episode(op, now, self._global_log_gap)
