@@ -40,12 +40,13 @@ from lifeboatcache.traces import Conversation
 
 #: per tunable policy, the candidate option sets compared by the folds (absolute, so a label
 #: means the same whatever the installed defaults); the first is the installed default, so a
-#: tie keeps it. epicache: the per-episode rhythm predictor with each of its three options
-#: (patience, gap_smoothing, warm_order) moved from the default, and without the hole bypass.
+#: tie keeps it. epicache: the per-episode rhythm predictor with each of its options
+#: (patience, gap_smoothing, warm_order, request_done, stale_first) moved from the default, and
+#: without the hole bypass.
 #: The learnt return model (``predictor="returns"``) lost to the rhythm on every held fold of
 #: two selections (2026-12-01 and 2026-12-04: bench/results README) and is no longer a candidate
 _RHYTHM = {"predictor": "rhythm", "bypass": "holes", "patience": 1.5, "gap_smoothing": 0.05, "warm_order": "farthest",
-           "request_done": "idle"}
+           "request_done": "idle", "stale_first": True}
 TUNABLES: dict[str, list[dict[str, Any]]] = {
     "epicache": [
         _RHYTHM,
@@ -55,6 +56,7 @@ TUNABLES: dict[str, list[dict[str, Any]]] = {
         {**_RHYTHM, "gap_smoothing": 0.2},
         {**_RHYTHM, "warm_order": "recent"},
         {**_RHYTHM, "request_done": "visit"},
+        {**_RHYTHM, "stale_first": False},
     ],
 }
 

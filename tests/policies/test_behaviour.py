@@ -174,7 +174,7 @@ def _two_sessions(order: str) -> EpiCachePolicy:
         clock.now = float(t)
         store_chain(epi, range(0, 8) if tag == "a" else range(100, 108), tag=tag)
         epi.insert(key(1000 + int(t)), 1, BlockHint("other", None, 0))  # visits end when another session stores
-    for t in range(33, 63, 5):  # and the others' blocks are gone
+    for t in range(32, 63, 5):  # and the others' blocks are gone
         epi.remove(key(1000 + t))
     for t in (0, 30, 60):
         epi.remove(key(1000 + t))
@@ -274,6 +274,81 @@ def test_epicache_a_long_visit_interleaved_with_others_stays_one_visit() -> None
                 i = 10 * visit + step
                 epi.insert(key(1000 * s + i), 1, BlockHint(tag, key(1000 * s + i - 1) if i else None, i))
     assert epi.expected_return("a") == pytest.approx(50.0)
+
+
+def _rewritten_context(at_50: str = "rewritten", depths: bool = True, stale_first: bool = True) -> EpiCachePolicy:
+    """A comes every 10 s with blocks 0-7 (last at 60 s, so expected back first), B came at 0 and
+    40 s (expected back last: its deepest block is the episodes' first victim), C's one block is
+    used between A's visits. At 50 s, ``at_50``: ``"rewritten"``, A's context was rewritten after
+    its first 4 blocks (4-7 replaced by 20-23), and A sends that new context again at 60 s;
+    ``"served_above"``, A's prompt grew by blocks 8-11 and the engine served 0-7 itself (device
+    KV, vLLM's CPU tier), so the tier sees only the new blocks, at 50 and 60 s.
+    """
+    epi = EpiCachePolicy(EpiCacheConfig(gap_smoothing=1.0, stale_first=stale_first))
+    epi.clock = clock = FakeClock()
+
+    def use(t: float, tag: str, ids: list[int], first_depth: int = 0) -> None:
+        clock.now = t
+        for n, i in enumerate(ids):
+            depth = first_depth + n
+            if key(i) in epi:
+                epi.touch(key(i))
+            else:
+                parent = key(ids[n - 1]) if n else None
+                epi.insert(key(i), 1, BlockHint(tag, parent, depth if depths else None))
+
+    context = list(range(8))
+    if at_50 == "rewritten":
+        at = {50.0: [0, 1, 2, 3, 20, 21, 22, 23], 60.0: [0, 1, 2, 3, 20, 21, 22, 23]}
+    else:
+        at = {50.0: [8, 9, 10, 11], 60.0: [8, 9, 10, 11]}
+    for t in (0.0, 1.0, 5.0, 11.0, 15.0, 21.0, 25.0, 31.0, 35.0, 40.0, 41.0, 45.0, 50.0, 55.0, 60.0):
+        if t in (0.0, 40.0):
+            use(t, "b", list(range(100, 108)))
+        elif t % 10 == 5:
+            use(t, "c", [200])
+        else:
+            ids = at.get(t, context)
+            use(t, "a", ids, 8 if ids[0] == 8 else 0)
+    return epi
+
+
+LEFT = [key(4), key(5), key(6), key(7)]
+
+
+def test_epicache_evicts_the_branch_a_session_left_before_any_episode() -> None:
+    """Agents re-send their whole context: blocks the session's latest request did not use, though
+    it used blocks as deep, belong to a context it left (97 % never come back in the traces)."""
+    without = _rewritten_context(stale_first=False)
+    first = evict(without)
+    assert first == key(107)  # the episodes' order: B is expected back last
+    epi = _rewritten_context()
+    assert [evict(epi) for _ in range(5)] == [*LEFT, first]
+
+
+def test_epicache_left_branches_come_first_in_the_victims_list() -> None:
+    epi = _rewritten_context()
+    assert epi.victims(None, 6) == [*LEFT, key(107), key(106)]
+    assert epi.victims(None, 2) == LEFT[:2]
+
+
+def test_epicache_a_prefix_served_above_is_not_a_left_branch() -> None:
+    """A visit that used only deep blocks says nothing of the shallower ones: the engine served them."""
+    assert evict(_rewritten_context("served_above")) == key(107)
+
+
+def test_epicache_without_depths_nothing_counts_as_left() -> None:
+    without = _rewritten_context(depths=False, stale_first=False)
+    first = [evict(without) for _ in range(4)]
+    assert not set(first) & set(LEFT)
+    epi = _rewritten_context(depths=False)
+    assert [evict(epi) for _ in range(4)] == first
+
+
+def test_epicache_a_left_block_used_again_is_evicted_with_its_episode() -> None:
+    epi = _rewritten_context()
+    epi.touch(key(5))  # A went back to a block of its old context after all
+    assert [evict(epi) for _ in range(4)] == [key(4), key(6), key(7), key(107)]
 
 
 def test_epicache_first_gap_of_a_new_episode_is_the_mean_so_far() -> None:

@@ -67,6 +67,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
+from itertools import islice
 from typing import Any, Literal
 
 from lifeboatcache_core.abc import BlockHint, EvictionPolicy, PluginConfig
@@ -98,17 +99,23 @@ class EpiCacheConfig(PluginConfig):
         1.0, ge=0.0, description="an operation on an episode less than this many clock units after its previous "
         "one belongs to the same visit even when other episodes' operations came in between (a tier's concurrent "
         "stores, and the uses it applies late, interleave them); 0: only operations back to back")
+    stale_first: bool = Field(
+        True, description="a block its session's latest visit did not use, though that visit used blocks as deep "
+        "(a branch the session left: a compacted or rewritten context), goes before any episode; blocks of "
+        "unknown depth never count as left")
     clock: Literal["monotonic", "operations"] = Field(
         "monotonic", description="measure gaps in time.monotonic seconds, or in operations (inserts and touches)")
 
 
 #: ``_Episode.last_op`` of a session whose latest operation was the end of a request (``request_done``)
 _SINCE_END = -2
+#: ``_Episode.min_depth`` of a visit that used no block of known depth (yet)
+_NO_DEPTH = 1 << 62
 
 
 class _Episode:
     __slots__ = ("age_bin", "blocks", "bucket", "deadline", "done_op", "heap", "klass", "last", "last_op",
-                 "log_gap", "move_seq", "seen", "warm_key")
+                 "log_gap", "min_depth", "move_seq", "seen", "used", "visits", "warm_key")
 
     def __init__(self, op: int, now: float, log_gap: float) -> None:
         self.last = now  # start of the latest visit
@@ -124,6 +131,11 @@ class _Episode:
         self.age_bin = 0
         self.bucket: tuple[int, int] | None = None  # returns: (class, age bin) it is listed in
         self.move_seq = 0  # returns: the live entry of the age-bin timer heap
+        # stale_first: visits so far, the shallowest known depth the current one used, and the
+        # blocks not yet found left behind, least recently used first (key -> visit of its last use)
+        self.visits = 0
+        self.min_depth = _NO_DEPTH
+        self.used: OrderedDict[Hashable, int] = OrderedDict()
 
 
 class EpiCachePolicy(EvictionPolicy):
@@ -137,6 +149,9 @@ class EpiCachePolicy(EvictionPolicy):
         self._alpha = cfg.gap_smoothing
         self._warm_order = cfg.warm_order
         self._visit_window = cfg.visit_window
+        self._stale_first = cfg.stale_first
+        #: stale_first: blocks their sessions left behind, in the order they were found (evicted first)
+        self._stale: OrderedDict[Hashable, None] = OrderedDict()
         self._idle_from_done = cfg.request_done == "idle" and cfg.predictor == "rhythm"
         self._clock = 0
         #: seconds for gaps and deadlines (``time.monotonic`` in a tier, the replay's clock in a
@@ -145,7 +160,7 @@ class EpiCachePolicy(EvictionPolicy):
         self._seq = 0
         self._global_log_gap = 0.0
         self._global_gaps = 0  # gaps seen over all episodes (the prior's weight, capped)
-        self._blocks: dict[Hashable, tuple[Hashable, int]] = {}  # key -> (episode id, seq)
+        self._blocks: dict[Hashable, tuple[Hashable, int, int]] = {}  # key -> (episode id, seq, depth or -1)
         self._episodes: dict[Hashable, _Episode] = {}
         self._ghosts: OrderedDict[Hashable, Hashable] = OrderedDict()  # evicted key -> episode id
         self._by_deadline: list[tuple[float, int, Hashable]] = []  # min-heap: coldest first
@@ -207,15 +222,21 @@ class EpiCachePolicy(EvictionPolicy):
 
     def insert(self, key: BlockKey, size: int, hint: BlockHint | None = None) -> None:
         self._clock += 1
-        if key in self._blocks:
-            self._visit(self._blocks[key][0])
+        found = self._blocks.get(key)
+        if found is not None:
+            episode = self._visit(found[0])
+            if self._stale_first:
+                self._used(key, episode, found[2])
             return
         episode_id = self._episode_for(key, hint)
         episode = self._visit(episode_id)
-        depth = hint.depth if hint is not None and hint.depth is not None else 0
+        known = hint.depth if hint is not None and hint.depth is not None else -1
+        depth = max(known, 0)
         self._seq += 1
         seq = self._seq
-        self._blocks[key] = (episode_id, seq)
+        self._blocks[key] = (episode_id, seq, known)
+        if self._stale_first:
+            self._used(key, episode, known)
         episode.blocks += 1
         if episode.blocks == 1:
             self._empty.pop(episode_id, None)
@@ -234,7 +255,9 @@ class EpiCachePolicy(EvictionPolicy):
         found = self._blocks.get(key)
         if found is not None:
             self._clock += 1
-            self._visit(found[0])
+            episode = self._visit(found[0])
+            if self._stale_first:
+                self._used(key, episode, found[2])
 
     def request_done(self, key: BlockKey) -> None:
         """A request of the block's session finished: with the rhythm predictor its idle time starts now.
@@ -253,24 +276,29 @@ class EpiCachePolicy(EvictionPolicy):
         if found is None:
             return
         self._clock += 1
+        episode = self._request_end(found[0])
+        if self._stale_first:
+            self._used(key, episode, found[2])
+
+    def _request_end(self, episode_id: Hashable) -> _Episode:
+        """``request_done``'s effect on the block's episode (returned)."""
         if not self._idle_from_done:
-            self._visit(found[0])
-            return
-        episode_id = found[0]
+            return self._visit(episode_id)
         episode = self._episodes[episode_id]
         op = self._clock
         if episode.done_op == op - 1:  # the same finished request's chain, key after key
             episode.done_op = op
-            return
+            return episode
         if episode.last_op == _SINCE_END:  # nothing since its last end: served above us (vLLM's CPU
             self._visit(episode_id)  # tier), so this end is all we see of the request: learn it
         now = self._now()
         if now < episode.last:  # an end a tier applied late, older than a visit seen since
-            return
+            return episode
         episode.done_op = op
         episode.last = episode.seen = now
         episode.last_op = _SINCE_END  # the session's next operation is a new visit, its gap counted from now
         self._schedule(episode_id, episode, now)
+        return episode
 
     def remove(self, key: BlockKey) -> None:
         found = self._blocks.pop(key, None)
@@ -278,6 +306,9 @@ class EpiCachePolicy(EvictionPolicy):
             return
         episode_id = found[0]
         episode = self._episodes[episode_id]
+        if self._stale_first:
+            episode.used.pop(key, None)
+            self._stale.pop(key, None)
         episode.blocks -= 1
         if episode.blocks == 0:
             if episode.bucket is not None:
@@ -289,6 +320,8 @@ class EpiCachePolicy(EvictionPolicy):
 
     def victim(self, incoming: BlockKey | None = None) -> BlockKey | None:
         self._full = True
+        if self._stale:
+            return next(iter(self._stale))  # type: ignore[no-any-return]
         episode = self._returns_victim() if self._returns else self._coldest_episode()
         if episode is None:
             return None
@@ -304,15 +337,18 @@ class EpiCachePolicy(EvictionPolicy):
     def victims(self, incoming: BlockKey | None, limit: int) -> list[BlockKey]:
         """The next ``limit`` victims in order, state unchanged (rhythm predictor; returns: the victim only).
 
-        The order ``victim`` then ``remove`` would take: overdue episodes by deadline, then the
-        rest by ``warm_order``, each deepest block first. The heaps are read in order without
-        popping (``_in_order``), so this costs O(limit log limit) plus the stale entries passed.
+        The order ``victim`` then ``remove`` would take: blocks left behind (``stale_first``),
+        overdue episodes by deadline, then the rest by ``warm_order``, each deepest block first.
+        The heaps are read in order without popping (``_in_order``), so this costs
+        O(limit log limit) plus the stale heap entries passed.
         """
         first = self.victim(incoming)  # also drops stale heap tops, as a victim choice does
         if first is None or self._returns:
             return [] if first is None else [first]
-        now, blocks, episodes = self._now(), self._blocks, self._episodes
-        out: list[BlockKey] = []
+        now, blocks, episodes, left = self._now(), self._blocks, self._episodes, self._stale
+        out: list[BlockKey] = list(islice(left, limit))  # type: ignore[arg-type]
+        if len(out) >= limit:
+            return out
         listed: set[Hashable] = set()
 
         def take(order: Iterator[tuple[float, int, Hashable]], field: str, overdue: bool) -> bool:
@@ -326,7 +362,7 @@ class EpiCachePolicy(EvictionPolicy):
                 listed.add(episode_id)
                 for _, seq, key in _in_order(episode.heap):
                     found = blocks.get(key)
-                    if found is not None and found[1] == seq:
+                    if found is not None and found[1] == seq and key not in left:
                         out.append(key)  # type: ignore[arg-type]
                         if len(out) >= limit:
                             return True
@@ -393,6 +429,8 @@ class EpiCachePolicy(EvictionPolicy):
                 episode.last_op = op  # the same visit, others' operations in between
                 episode.seen = max(episode.seen, now)  # (a use applied late keeps its older time)
                 return episode
+            if self._stale_first:
+                self._left_behind(episode)
         if episode is None:
             episode = self._episodes[episode_id] = _Episode(op, now, self._global_log_gap)
         elif self._returns:
@@ -418,6 +456,41 @@ class EpiCachePolicy(EvictionPolicy):
             return episode
         self._schedule(episode_id, episode, now)
         return episode
+
+    def _used(self, key: Hashable, episode: _Episode, depth: int) -> None:
+        """stale_first: the block was used in the episode's current visit (O(1))."""
+        used = episode.used
+        used[key] = episode.visits
+        used.move_to_end(key)
+        if 0 <= depth < episode.min_depth:
+            episode.min_depth = depth
+        if self._stale:
+            self._stale.pop(key, None)
+
+    def _left_behind(self, episode: _Episode) -> None:
+        """stale_first: a new visit begins; the blocks the visit before it did not use are left behind.
+
+        Agents re-send their whole context every request, so a block of the session's context
+        that the previous request did not use, while it used blocks as deep or deeper, is on a
+        branch the session left (a compacted or rewritten context): in the 150 kv-cache-tester
+        traces 97 % of such blocks never come back (bench/results 2026-12-07). A block
+        shallower than anything the visit used may have been served above us (the engine's
+        device KV or vLLM's CPU tier hit the prompt's head) and is not judged; it leaves
+        ``used`` until its next use, so each block is looked at once per use (amortised O(1)).
+        """
+        visit, floor, used, stale = episode.visits, episode.min_depth, episode.used, self._stale
+        if floor == _NO_DEPTH:  # it used no block of known depth: nothing to judge by, it joins the next
+            return
+        blocks = self._blocks
+        while used:
+            key = next(iter(used))
+            if used[key] >= visit:
+                break
+            del used[key]
+            if blocks[key][2] >= floor:
+                stale[key] = None
+        episode.visits = visit + 1
+        episode.min_depth = _NO_DEPTH
 
     def _schedule(self, episode_id: Hashable, episode: _Episode, now: float) -> None:
         """The rhythm's deadline and warm order of an episode last seen ``now``, pushed on the heaps."""
