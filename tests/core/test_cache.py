@@ -388,6 +388,43 @@ def test_a_request_end_applied_inside_a_store_is_no_visit_of_the_storing_session
         assert expected == pytest.approx(120.0), expected
 
 
+def test_a_full_tier_gives_up_the_blocks_a_session_left_before_any_session(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's flow (a prompt's new chunks stored, then the whole chain reported at the request's
+    end) through a full EpiCache tier: session a rewrote its context after 4 blocks at 30 s and
+    sent the new one again at 40 s, so its old blocks 4-7 are on a context it left; they are the
+    first room a new session's blocks get, though episode by episode a's deepest blocks old and
+    new would go in turn, or b's."""
+    from lifeboatcache_core.abc import BlockHint
+
+    from lifeboatcache_core import tier as tier_module
+
+    clock = [0.0]
+    monkeypatch.setattr(tier_module.time, "monotonic", lambda: clock[0])
+    tier = file_tier(tmp_path / "t", io_threads=1, keep_prefixes=False, policy="epicache")
+    with open_cache(tmp_path, tier) as cache:
+        a_old = keys(8)
+        a_new, b, c = a_old[:4] + keys(4, start=100), keys(8, start=200), keys(3, start=300)
+
+        def request(at: float, tag: str, chain: list[BlockKey]) -> None:
+            clock[0] = at
+            hints = [BlockHint(tag=tag, parent=chain[d - 1] if d else None, depth=d) for d in range(len(chain))]
+            assert all(cache.put(chain, blobs(len(chain), 4096), hints=hints))
+            clock[0] = at + 1.0
+            cache.touch(chain[::-1], request_done=True)
+
+        for turn in range(3):
+            request(10.0 * turn, "a", a_old)
+            request(10.0 * turn + 5.0, "b", b)
+        for at in (30.0, 40.0):
+            request(at, "a", a_new)
+            request(at + 5.0, "b", b)
+        cache.tiers[0].resize(cache.tiers[0].used)
+        request(50.0, "c", c)
+        assert cache.exists(a_old[4:]) == [False] * 4
+        assert all(cache.exists(a_new + b + c))
+
+
 def test_touch_never_waits_for_a_tiers_lock(tmp_path: Path) -> None:
     """``touch`` runs on the engine's scheduler thread (vLLM's ``touch`` and
     ``on_request_finished``): it must not wait while an I/O thread holds a tier's lock to choose

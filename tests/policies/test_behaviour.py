@@ -351,6 +351,35 @@ def test_epicache_a_left_block_used_again_is_evicted_with_its_episode() -> None:
     assert [evict(epi) for _ in range(4)] == [key(4), key(6), key(7), key(107)]
 
 
+@pytest.mark.parametrize("late", ["touch", "request_done"])
+def test_epicache_a_use_applied_late_belongs_to_the_visit_it_came_from(late: str) -> None:
+    """A tier applies the uses it kept (vLLM's request ends, reads from above) when it next makes
+    room, after the session's next visit may have begun: the old context's end, applied inside the
+    request with the rewritten context, counted as a use in that visit, so the old blocks were
+    not found left behind at the visit after it."""
+    epi = EpiCachePolicy(EpiCacheConfig(gap_smoothing=1.0))
+    epi.clock = clock = FakeClock()
+    old, new = list(range(8)), [0, 1, 2, 3, 20, 21, 22, 23]
+
+    def use(t: float, ids: list[int], tag: str = "a") -> None:
+        clock.now = t
+        for depth, i in enumerate(ids):
+            if key(i) in epi:
+                epi.touch(key(i))
+            else:
+                epi.insert(key(i), 1, BlockHint(tag, key(ids[depth - 1]) if depth else None, depth))
+
+    use(0.0, old)
+    use(5.0, [100], "c")
+    use(10.0, new)
+    clock.now = 1.0  # the end of the request at 0 s, applied now
+    for i in reversed(old):
+        getattr(epi, late)(key(i))
+    use(15.0, [100], "c")
+    use(20.0, new)
+    assert sorted(evict(epi) for _ in range(4)) == [key(4), key(5), key(6), key(7)]
+
+
 def test_epicache_first_gap_of_a_new_episode_is_the_mean_so_far() -> None:
     epi = EpiCachePolicy(EpiCacheConfig(predictor="rhythm"))
     epi.clock = clock = FakeClock()

@@ -45,6 +45,11 @@ parent was evicted or bypassed (a prompt hits only its leading run, so a block a
 never read) and, with ``bypass="unlikely"`` and the returns predictor, when its episode is less
 likely to return within the horizon than the episode the next victim would come from.
 
+Blocks left behind (``stale_first``, the default). Before any episode, the blocks a session
+left go: those its latest visit did not use while it used blocks as deep (agents re-send their
+whole context, so such a block is on a context the session compacted or rewrote; 3 % come
+back in the traces). Found once per use when the session's next visit begins (``_left_behind``).
+
 Which block. Within the chosen episode the deepest block goes first, so an episode shrinks
 from its tail and a returning session still hits its leading blocks (a prompt hits only as
 long as its leading blocks are cached).
@@ -152,6 +157,7 @@ class EpiCachePolicy(EvictionPolicy):
         self._stale_first = cfg.stale_first
         #: stale_first: blocks their sessions left behind, in the order they were found (evicted first)
         self._stale: OrderedDict[Hashable, None] = OrderedDict()
+        self._late = False  # the latest operation was a use applied late, older than its episode's visit
         self._idle_from_done = cfg.request_done == "idle" and cfg.predictor == "rhythm"
         self._clock = 0
         #: seconds for gaps and deadlines (``time.monotonic`` in a tier, the replay's clock in a
@@ -226,7 +232,7 @@ class EpiCachePolicy(EvictionPolicy):
         if found is not None:
             episode = self._visit(found[0])
             if self._stale_first:
-                self._used(key, episode, found[2])
+                self._used(key, episode, found[2], self._late)
             return
         episode_id = self._episode_for(key, hint)
         episode = self._visit(episode_id)
@@ -236,7 +242,7 @@ class EpiCachePolicy(EvictionPolicy):
         seq = self._seq
         self._blocks[key] = (episode_id, seq, known)
         if self._stale_first:
-            self._used(key, episode, known)
+            self._used(key, episode, known, False)
         episode.blocks += 1
         if episode.blocks == 1:
             self._empty.pop(episode_id, None)
@@ -257,7 +263,7 @@ class EpiCachePolicy(EvictionPolicy):
             self._clock += 1
             episode = self._visit(found[0])
             if self._stale_first:
-                self._used(key, episode, found[2])
+                self._used(key, episode, found[2], self._late)
 
     def request_done(self, key: BlockKey) -> None:
         """A request of the block's session finished: with the rhythm predictor its idle time starts now.
@@ -278,7 +284,7 @@ class EpiCachePolicy(EvictionPolicy):
         self._clock += 1
         episode = self._request_end(found[0])
         if self._stale_first:
-            self._used(key, episode, found[2])
+            self._used(key, episode, found[2], self._late)
 
     def _request_end(self, episode_id: Hashable) -> _Episode:
         """``request_done``'s effect on the block's episode (returned)."""
@@ -286,14 +292,16 @@ class EpiCachePolicy(EvictionPolicy):
             return self._visit(episode_id)
         episode = self._episodes[episode_id]
         op = self._clock
-        if episode.done_op == op - 1:  # the same finished request's chain, key after key
+        if episode.done_op == op - 1:  # the same finished request's chain, key after key (as late)
             episode.done_op = op
             return episode
         if episode.last_op == _SINCE_END:  # nothing since its last end: served above us (vLLM's CPU
             self._visit(episode_id)  # tier), so this end is all we see of the request: learn it
         now = self._now()
         if now < episode.last:  # an end a tier applied late, older than a visit seen since
+            self._late = True
             return episode
+        self._late = False
         episode.done_op = op
         episode.last = episode.seen = now
         episode.last_op = _SINCE_END  # the session's next operation is a new visit, its gap counted from now
@@ -418,13 +426,18 @@ class EpiCachePolicy(EvictionPolicy):
         episode = self._episodes.get(episode_id)
         if episode is not None and op - episode.last_op <= 1:  # same visit: operations back to back
             episode.last_op = op
-            if self._visit_window:
-                episode.seen = max(episode.seen, self._now())
+            if self._visit_window:  # (without, as late as the operation before it: ``_late`` stays)
+                now = self._now()
+                self._late = now < episode.last  # a kept use applied right after the session's own ops
+                if now > episode.seen:
+                    episode.seen = now
             return episode
         now = self._now()
+        self._late = False
         if episode is not None:
             if now < episode.last:  # a use a tier kept and applied late, older than a visit seen
-                return episode  # since (a store applied at once): part of a visit already counted
+                self._late = True  # since (a store applied at once): part of a visit already counted
+                return episode
             if now - episode.seen < self._visit_window and episode.last_op != _SINCE_END:
                 episode.last_op = op  # the same visit, others' operations in between
                 episode.seen = max(episode.seen, now)  # (a use applied late keeps its older time)
@@ -457,13 +470,23 @@ class EpiCachePolicy(EvictionPolicy):
         self._schedule(episode_id, episode, now)
         return episode
 
-    def _used(self, key: Hashable, episode: _Episode, depth: int) -> None:
-        """stale_first: the block was used in the episode's current visit (O(1))."""
+    def _used(self, key: Hashable, episode: _Episode, depth: int, late: bool) -> None:
+        """stale_first: the block was used in the episode's current visit (O(1)).
+
+        ``late``: a use a tier kept and applied after the session's next visit began (a request
+        end, a read from above): it was used in the visit before, which says nothing of the
+        current one. It keeps its place (or, if already found left behind, comes back last).
+        """
         used = episode.used
-        used[key] = episode.visits
-        used.move_to_end(key)
-        if 0 <= depth < episode.min_depth:
-            episode.min_depth = depth
+        if late:
+            visit = episode.visits - 1
+            if used.get(key, visit) <= visit:
+                used[key] = visit
+        else:
+            used[key] = episode.visits
+            used.move_to_end(key)
+            if 0 <= depth < episode.min_depth:
+                episode.min_depth = depth
         if self._stale:
             self._stale.pop(key, None)
 
@@ -473,7 +496,7 @@ class EpiCachePolicy(EvictionPolicy):
         Agents re-send their whole context every request, so a block of the session's context
         that the previous request did not use, while it used blocks as deep or deeper, is on a
         branch the session left (a compacted or rewritten context): in the 150 kv-cache-tester
-        traces 97 % of such blocks never come back (bench/results 2026-12-07). A block
+        traces 97 % of such blocks never come back (bench/results 2026-12-06, left behind). A block
         shallower than anything the visit used may have been served above us (the engine's
         device KV or vLLM's CPU tier hit the prompt's head) and is not judged; it leaves
         ``used`` until its next use, so each block is looked at once per use (amortised O(1)).
