@@ -156,7 +156,7 @@ class EpiCachePolicy(EvictionPolicy):
         self._visit_window = cfg.visit_window
         self._stale_first = cfg.stale_first
         #: stale_first: blocks their sessions left behind, in the order they were found (evicted first)
-        self._stale: OrderedDict[Hashable, None] = OrderedDict()
+        self._left: OrderedDict[Hashable, None] = OrderedDict()
         self._late = False  # the latest operation was a use applied late, older than its episode's visit
         self._idle_from_done = cfg.request_done == "idle" and cfg.predictor == "rhythm"
         self._clock = 0
@@ -316,7 +316,7 @@ class EpiCachePolicy(EvictionPolicy):
         episode = self._episodes[episode_id]
         if self._stale_first:
             episode.used.pop(key, None)
-            self._stale.pop(key, None)
+            self._left.pop(key, None)
         episode.blocks -= 1
         if episode.blocks == 0:
             if episode.bucket is not None:
@@ -328,8 +328,8 @@ class EpiCachePolicy(EvictionPolicy):
 
     def victim(self, incoming: BlockKey | None = None) -> BlockKey | None:
         self._full = True
-        if self._stale:
-            return next(iter(self._stale))  # type: ignore[no-any-return]
+        if self._left:
+            return next(iter(self._left))  # type: ignore[no-any-return]
         episode = self._returns_victim() if self._returns else self._coldest_episode()
         if episode is None:
             return None
@@ -353,7 +353,7 @@ class EpiCachePolicy(EvictionPolicy):
         first = self.victim(incoming)  # also drops stale heap tops, as a victim choice does
         if first is None or self._returns:
             return [] if first is None else [first]
-        now, blocks, episodes, left = self._now(), self._blocks, self._episodes, self._stale
+        now, blocks, episodes, left = self._now(), self._blocks, self._episodes, self._left
         out: list[BlockKey] = list(islice(left, limit))  # type: ignore[arg-type]
         if len(out) >= limit:
             return out
@@ -487,8 +487,8 @@ class EpiCachePolicy(EvictionPolicy):
             used.move_to_end(key)
             if 0 <= depth < episode.min_depth:
                 episode.min_depth = depth
-        if self._stale:
-            self._stale.pop(key, None)
+        if self._left:
+            self._left.pop(key, None)
 
     def _left_behind(self, episode: _Episode) -> None:
         """stale_first: a new visit begins; the blocks the visit before it did not use are left behind.
@@ -501,7 +501,7 @@ class EpiCachePolicy(EvictionPolicy):
         device KV or vLLM's CPU tier hit the prompt's head) and is not judged; it leaves
         ``used`` until its next use, so each block is looked at once per use (amortised O(1)).
         """
-        visit, floor, used, stale = episode.visits, episode.min_depth, episode.used, self._stale
+        visit, floor, used, left = episode.visits, episode.min_depth, episode.used, self._left
         if floor == _NO_DEPTH:  # it used no block of known depth: nothing to judge by, it joins the next
             return
         blocks = self._blocks
@@ -511,7 +511,7 @@ class EpiCachePolicy(EvictionPolicy):
                 break
             del used[key]
             if blocks[key][2] >= floor:
-                stale[key] = None
+                left[key] = None
         episode.visits = visit + 1
         episode.min_depth = _NO_DEPTH
 
