@@ -388,23 +388,25 @@ def test_a_request_end_applied_inside_a_store_is_no_visit_of_the_storing_session
         assert expected == pytest.approx(120.0), expected
 
 
+@pytest.mark.parametrize("keep_prefixes", [False, True])
 def test_a_full_tier_gives_up_the_blocks_a_session_left_before_any_session(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_prefixes: bool) -> None:
     """vLLM's flow (a prompt's new chunks stored, then the whole chain reported at the request's
     end) through a full EpiCache tier: session a rewrote its context after 4 blocks at 30 s and
-    sent the new one again at 40 s, so its old blocks 4-7 are on a context it left; they are the
-    first room a new session's blocks get, though episode by episode a's deepest blocks old and
-    new would go in turn, or b's."""
+    sent the new one again at 40 s, so its old blocks 4-7 are on a context it left. They are the
+    room b's grown prompt (3 new blocks at depths 8-10) gets, though episode by episode a's
+    deepest blocks old and new would go in turn; and ``keep_prefixes``, which declines a deep
+    new block rather than evict a shallower one used 29 s ago, lets them go (``abandoned``)."""
     from lifeboatcache_core.abc import BlockHint
 
     from lifeboatcache_core import tier as tier_module
 
     clock = [0.0]
     monkeypatch.setattr(tier_module.time, "monotonic", lambda: clock[0])
-    tier = file_tier(tmp_path / "t", io_threads=1, keep_prefixes=False, policy="epicache")
+    tier = file_tier(tmp_path / "t", io_threads=1, keep_prefixes=keep_prefixes, policy="epicache")
     with open_cache(tmp_path, tier) as cache:
         a_old = keys(8)
-        a_new, b, c = a_old[:4] + keys(4, start=100), keys(8, start=200), keys(3, start=300)
+        a_new, b = a_old[:4] + keys(4, start=100), keys(8, start=200)
 
         def request(at: float, tag: str, chain: list[BlockKey]) -> None:
             clock[0] = at
@@ -420,9 +422,11 @@ def test_a_full_tier_gives_up_the_blocks_a_session_left_before_any_session(
             request(at, "a", a_new)
             request(at + 5.0, "b", b)
         cache.tiers[0].resize(cache.tiers[0].used)
-        request(50.0, "c", c)
+        grown = b + keys(3, start=300)
+        request(50.0, "b", grown)
         assert cache.exists(a_old[4:]) == [False] * 4
-        assert all(cache.exists(a_new + b + c))
+        assert all(cache.exists(a_new + grown))
+        assert cache.tiers[0].stats.declined == 0
 
 
 def test_touch_never_waits_for_a_tiers_lock(tmp_path: Path) -> None:

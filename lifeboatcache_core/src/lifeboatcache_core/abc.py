@@ -524,6 +524,16 @@ class EvictionPolicy(ABC):
         must not count this as one).
         """
 
+    def abandoned(self, key: BlockKey) -> bool:
+        """Whether the policy knows that ``key``'s session has left it (default: never).
+
+        A tier with ``keep_prefixes`` declines a new block rather than evict a shallower block
+        used lately, a head in use. A block its session's latest request did not use, though
+        it used blocks as deep (EpiCache's ``stale_first``: a compacted or rewritten context),
+        is no head in use: the tier takes it as a victim whatever its depth and age.
+        """
+        return False
+
     def victims(self, incoming: BlockKey | None, limit: int) -> list[BlockKey]:
         """Up to ``limit`` blocks in the order the policy would evict them now, state unchanged.
 

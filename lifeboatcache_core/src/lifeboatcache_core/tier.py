@@ -679,8 +679,9 @@ class Tier:
 
         Space held by in-flight writes is not evictable yet: wait (bounded) for them to land
         rather than exceed the capacity or give up at once. With ``depth`` (``keep_prefixes``)
-        each victim must be deeper in its prefix chain than the incoming block or idle for longer
-        than sessions take to return (``PrefixGuard.protects``); at the first that is neither the incoming
+        each victim must be deeper in its prefix chain than the incoming block, idle for longer
+        than sessions take to return (``PrefixGuard.protects``), or one its session left
+        (``EvictionPolicy.abandoned``); at the first that is none of these the incoming
         block is declined (``stats.declined``) and nothing waits. Deeper victims taken before
         that stay evicted: their space serves the next store. ``evictable`` (a staging store)
         judges each victim first: True takes it and False keeps it whatever the guard says (the
@@ -705,7 +706,8 @@ class Tier:
             verdict = None if evictable is None else evictable(victim)
             if verdict is not None:
                 return verdict
-            return depth is None or not self._prefixes.protects(victim, depth, time.monotonic())
+            return depth is None or not self._prefixes.protects(victim, depth, time.monotonic()) \
+                or self.policy.abandoned(victim)
 
         freed = 0
         deadline = time.monotonic() + RESERVE_WAIT_S

@@ -771,7 +771,20 @@ class PolicyContract:
                 p.insert(key(i), 100, BlockHint(f"s{s}", key(i - 1) if depth else None, depth))
         for i in (1, 201, 202, 402):
             p.touch(key(i))
-        ahead = p.victims(None, 40)  # all 30: every list and episode
+        # s1's requests end; it rewrites its context after depth 2 and sends the new one twice,
+        # so its old blocks at depths 3-5 are on a context it left (EpiCache's stale_first)
+        rewritten = [100, 101, 102, 110, 111, 112]
+        for chain in ([100 + d for d in range(6)], rewritten, rewritten):
+            for depth, i in enumerate(chain):
+                if key(i) in p:
+                    p.touch(key(i))
+                else:
+                    p.insert(key(i), 100, BlockHint("s1", key(chain[depth - 1]) if depth else None, depth))
+            for i in reversed(chain):
+                p.request_done(key(i))
+        held = [key(i) for i in range(600) if key(i) in p]
+        assert all(k in p for k in held if p.abandoned(k)), "only a held block can be abandoned"
+        ahead = p.victims(None, 40)  # all 33: every list and episode
         assert ahead, "a policy holding blocks offers at least its victim"
         taken = []
         for _ in ahead:

@@ -379,6 +379,11 @@ class EpiCachePolicy(EvictionPolicy):
             take(_in_order(self._by_return), "warm_key", False)
         return out
 
+    def abandoned(self, key: BlockKey) -> bool:
+        """A block its session left behind (``stale_first``): no head in use, whatever a tier's
+        ``keep_prefixes`` would say of its depth and last use."""
+        return key in self._left
+
     def expected_return(self, tag: str) -> float | None:
         """When session ``tag`` (its blocks' ``BlockHint.tag``) is expected back: its last visit (the end of
         its last request, where the engine reports ends: ``request_done``) plus its learnt gap, on the
