@@ -496,7 +496,7 @@ class EpiCachePolicy(EvictionPolicy):
             self._left.pop(key, None)
 
     def _left_behind(self, episode: _Episode) -> None:
-        """stale_first: a new visit begins; the blocks the visit before it did not use are left behind.
+        """stale_first: a new visit begins; the blocks the visit that ended did not use are left behind.
 
         Agents re-send their whole context every request, so a block of the session's context
         that the previous request did not use, while it used blocks as deep or deeper, is on a
