@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import platform
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import typer
 
 from lifeboatcache.bench import emit_json
 from lifeboatcache.sim.folds import TUNABLES, run_folds
-from lifeboatcache.sim.replay import SimResult
+from lifeboatcache.sim.replay import ReplaySetup, SimResult
 from lifeboatcache.sim.sweep import (
     BELADY,
     DEFAULT_FRACTIONS,
@@ -50,8 +51,8 @@ def result_row(result: SimResult) -> dict[str, Any]:
 
 
 def run_traces_bench(workload: Workload, policies: list[str], fractions: list[float], *, gpu_blocks: int,
-                     seed: int, session_tags: bool, traces: str, load_seconds: float,
-                     request_ends: bool = False, progress: bool = False) -> dict[str, Any]:
+                     seed: int, setup: ReplaySetup, traces: str, load_seconds: float,
+                     progress: bool = False) -> dict[str, Any]:
     """The whole report as one JSON-ready dict."""
     def report(result: SimResult) -> None:
         if progress:
@@ -59,7 +60,7 @@ def run_traces_bench(workload: Workload, policies: list[str], fractions: list[fl
                        f"({result.seconds:.1f} s CPU)", err=True)
 
     results = run_sweep(workload, policies, fractions, gpu_blocks=gpu_blocks, seed=seed,
-                        session_tags=session_tags, request_ends=request_ends, on_result=report)
+                        setup=setup, on_result=report)
     curves: dict[str, list[list[float]]] = {}
     for r in results:
         curves.setdefault(r.policy, []).append([r.capacity_frac or 0.0, round(r.hit_frac, 4)])
@@ -71,8 +72,7 @@ def run_traces_bench(workload: Workload, policies: list[str], fractions: list[fl
         "working_set_blocks": workload.working_set,
         "gpu_blocks": gpu_blocks,
         "seed": seed,
-        "session_tags": session_tags,
-        "request_ends": request_ends,
+        **asdict(setup),
         "load_seconds": round(load_seconds, 1),
         "host": platform.node(),
         "results": [result_row(r) for r in results],
@@ -82,8 +82,8 @@ def run_traces_bench(workload: Workload, policies: list[str], fractions: list[fl
 
 
 def run_folds_bench(conversations: list[Conversation], policies: list[str], fractions: list[float], *, k: int,
-                    gpu_blocks: int, seed: int, session_tags: bool, traces: str,
-                    request_ends: bool = False, progress: bool = False) -> dict[str, Any]:
+                    gpu_blocks: int, seed: int, setup: ReplaySetup, traces: str,
+                    progress: bool = False) -> dict[str, Any]:
     """The cross-validated report (``sim.folds.run_folds``) with the run's settings."""
     def report(fold: int, name: str, result: SimResult) -> None:
         if progress:
@@ -92,9 +92,9 @@ def run_folds_bench(conversations: list[Conversation], policies: list[str], frac
 
     started = time.process_time()
     body = run_folds(conversations, policies, fractions, k=k, gpu_blocks=gpu_blocks, seed=seed,
-                     session_tags=session_tags, request_ends=request_ends, on_result=report)
+                     setup=setup, on_result=report)
     return {"traces": traces, "conversations": len(conversations), "gpu_blocks": gpu_blocks, "seed": seed,
-            "session_tags": session_tags, "request_ends": request_ends, "host": platform.node(), "tunables": TUNABLES,
+            **asdict(setup), "host": platform.node(), "tunables": TUNABLES,
             "cpu_seconds": round(time.process_time() - started, 1), **body}
 
 
@@ -148,6 +148,9 @@ def register(app: typer.Typer) -> None:
         session_tags: bool = typer.Option(True, help="Hints name the session (else prefix chains only)."),
         request_ends: bool = typer.Option(False, help="Touch each prompt's held blocks at its response's end "
                                           "(the traces' api_time), as vLLM's tier does when a request finishes."),
+        keep_prefixes: bool = typer.Option(False, help="The tier's keep_prefixes guard (on in a tier config by "
+                                           "default): a victim no deeper than the new block, used within the "
+                                           "learnt idle limit and not left by its session declines the new block."),
         folds: int = typer.Option(5, "--folds", min=1,
                                   help="K folds of whole conversations: each tunable default is chosen on K-1 "
                                        "and scored on the held one (1: one replay of all traces, no selection)."),
@@ -159,6 +162,7 @@ def register(app: typer.Typer) -> None:
             if not 0 < fraction:
                 raise typer.BadParameter(f"--capacity-frac {fraction} must be > 0 (a fraction of the working set)")
         started = time.perf_counter()
+        setup = ReplaySetup(session_tags=session_tags, request_ends=request_ends, keep_prefixes=keep_prefixes)
         if folds > 1:
             try:
                 conversations = load_traces(traces_dir, limit=limit)
@@ -169,8 +173,7 @@ def register(app: typer.Typer) -> None:
                 raise typer.BadParameter(f"--folds {folds} needs at least {folds} conversations, "
                                          f"{traces_dir} has {len(conversations)}")
             report = run_folds_bench(conversations, policy, capacity_frac, k=folds, gpu_blocks=gpu_blocks,
-                                     seed=seed, session_tags=session_tags, traces=str(traces_dir),
-                                     request_ends=request_ends, progress=not as_json)
+                                     seed=seed, setup=setup, traces=str(traces_dir), progress=not as_json)
             emit_json(report, out, as_json)
             if not as_json:
                 print_folds_table(report)
@@ -181,9 +184,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"cannot read traces: {exc}", err=True)
             raise typer.Exit(2) from None
         report = run_traces_bench(workload, policy, capacity_frac, gpu_blocks=gpu_blocks, seed=seed,
-                                  session_tags=session_tags, traces=str(traces_dir),
-                                  load_seconds=time.perf_counter() - started, request_ends=request_ends,
-                                  progress=not as_json)
+                                  setup=setup, traces=str(traces_dir),
+                                  load_seconds=time.perf_counter() - started, progress=not as_json)
         emit_json(report, out, as_json)
         if not as_json:
             print_table(report)

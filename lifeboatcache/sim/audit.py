@@ -16,7 +16,7 @@ from dataclasses import replace
 from lifeboatcache_core.abc import EvictionPolicy
 
 from lifeboatcache.sim.engine import gpu_prefix_hits
-from lifeboatcache.sim.replay import replay_policy
+from lifeboatcache.sim.replay import PLAIN, ReplaySetup, replay_policy
 from lifeboatcache.sim.workload import Workload
 
 
@@ -43,7 +43,7 @@ def _futures(workload: Workload, cut: int) -> dict[str, Workload]:
 
 
 def _decisions(workload: Workload, make_policy: Callable[[], EvictionPolicy], capacity_blocks: int,
-               gpu_blocks: int, request_ends: bool) -> tuple[list[tuple[str, object, object]], list[int]]:
+               gpu_blocks: int, setup: ReplaySetup) -> tuple[list[tuple[str, object, object]], list[int]]:
     """Every victim and admit answer of one replay, in order, and the per-request tier hits."""
     policy = make_policy()
     log: list[tuple[str, object, object]] = []
@@ -62,29 +62,29 @@ def _decisions(workload: Workload, make_policy: Callable[[], EvictionPolicy], ca
     policy.victim = logged_victim  # type: ignore[method-assign]
     policy.admit = logged_admit  # type: ignore[method-assign]
     hits = replay_policy(workload, gpu_prefix_hits(workload, gpu_blocks), policy, capacity_blocks,
-                         request_ends=request_ends)
+                         setup)
     return log, hits
 
 
 def check_only_the_past(workload: Workload, make_policy: Callable[[], EvictionPolicy], capacity_blocks: int,
-                        *, cut: int | None = None, gpu_blocks: int = 0, request_ends: bool = False) -> int:
+                        *, cut: int | None = None, gpu_blocks: int = 0, setup: ReplaySetup = PLAIN) -> int:
     """Raise ``FutureLeak`` unless the decisions before request ``cut`` ignore what follows it.
 
-    ``cut`` defaults to two thirds of the requests; ``request_ends``: replayed with the ends of
-    responses (``sim.replay.replay_policy``). Returns how many decisions were compared
+    ``cut`` defaults to two thirds of the requests; ``setup``: how the tier is replayed
+    (``sim.replay.replay_policy``). Returns how many decisions were compared
     (a check that compared none proves nothing: callers assert it is large).
     """
     n = len(workload.blocks)
     cut = cut if cut is not None else (2 * n) // 3
     if not 0 < cut < n:
         raise ValueError(f"cut {cut} must leave requests on both sides (0 < cut < {n})")
-    full_log, full_hits = _decisions(workload, make_policy, capacity_blocks, gpu_blocks, request_ends)
+    full_log, full_hits = _decisions(workload, make_policy, capacity_blocks, gpu_blocks, setup)
     compared = 0
     futures = _futures(workload, cut)
-    past_log, past_hits = _decisions(futures["truncated"], make_policy, capacity_blocks, gpu_blocks, request_ends)
+    past_log, past_hits = _decisions(futures["truncated"], make_policy, capacity_blocks, gpu_blocks, setup)
     for name, other in futures.items():
         log, hits = (past_log, past_hits) if name == "truncated" else _decisions(
-            other, make_policy, capacity_blocks, gpu_blocks, request_ends)
+            other, make_policy, capacity_blocks, gpu_blocks, setup)
         before = len(past_log)  # the decisions taken while serving requests before the cut
         if full_log[:before] != log[:before]:
             pairs = enumerate(zip(full_log, log, strict=False))

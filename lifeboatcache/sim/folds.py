@@ -33,7 +33,7 @@ from lifeboatcache_core.plugins import get_registry
 
 from lifeboatcache.sim.belady import simulate_belady
 from lifeboatcache.sim.engine import gpu_prefix_hits
-from lifeboatcache.sim.replay import SimResult, simulate
+from lifeboatcache.sim.replay import PLAIN, ReplaySetup, SimResult, simulate
 from lifeboatcache.sim.sweep import BELADY, make_policy
 from lifeboatcache.sim.workload import Workload, workload_of
 from lifeboatcache.traces import Conversation
@@ -127,7 +127,7 @@ def pooled_gap(rows: Sequence[tuple[SimResult, SimResult, SimResult]]) -> float:
 
 
 def run_folds(conversations: Sequence[Conversation], policies: Sequence[str], fractions: Sequence[float], *,
-              k: int = 5, gpu_blocks: int, seed: int = 0, session_tags: bool = True, request_ends: bool = False,
+              k: int = 5, gpu_blocks: int, seed: int = 0, setup: ReplaySetup = PLAIN,
               tunables: Mapping[str, list[dict[str, Any]]] | None = None,
               on_result: Callable[[int, str, SimResult], None] | None = None) -> dict[str, Any]:
     """The cross-validated report (JSON-ready): per-fold rows, selections, held-fold and pooled gaps."""
@@ -152,7 +152,7 @@ def run_folds(conversations: Sequence[Conversation], policies: Sequence[str], fr
                     runs = [("default", simulate_belady(wl, gpu_hits, capacity, fraction))]
                 else:
                     runs = [(label(o), simulate(wl, gpu_hits, make_policy(name, seed, o), capacity, fraction,
-                                                session_tags=session_tags, request_ends=request_ends))
+                                                setup=setup))
                             for o in tunables.get(name, [{}])]
                 for tag, result in runs:
                     cell[(name, tag)] = result

@@ -9,7 +9,8 @@ stores them in prompt order (``Tier.store``): a block the tier already holds is 
 then a full tier evicts ``victim(incoming)`` and calls ``remove`` until it fits, and the block is
 ``insert``-ed with a ``BlockHint`` of session, parent and depth (a tier whose policy offers no
 victim does not store it). Blocks the GPU cache served never reach the tier, as with vLLM's
-offloading connector.
+offloading connector. With ``keep_prefixes`` (a tier's default) the tier's own veto on victims
+runs too, the same ``PrefixGuard`` on the replay's clock.
 
 A policy sees only the past: its calls carry the current request's blocks, and a policy with a
 ``clock`` attribute reads the current request's time through it
@@ -24,8 +25,26 @@ import time
 from dataclasses import asdict, dataclass
 
 from lifeboatcache_core.abc import BlockHint, EvictionPolicy
+from lifeboatcache_core.prefixes import PrefixGuard
 
 from lifeboatcache.sim.workload import Workload
+
+
+@dataclass(frozen=True)
+class ReplaySetup:
+    """What the replay does around the policy, each as an adapter and a real ``Tier`` can be set up
+    (``replay_policy`` says how each is replayed)."""
+
+    #: hints name the session, as an adapter that knows the conversation gives (else prefix chains only)
+    session_tags: bool = True
+    #: vLLM's tier reports each finished request's chain (``EvictionPolicy.request_done``)
+    request_ends: bool = False
+    #: the tier's own veto on victims (``keep_prefixes``, on by default in a tier config)
+    keep_prefixes: bool = False
+
+
+#: the policy alone: session hints, no request ends, no prefix guard
+PLAIN = ReplaySetup()
 
 
 @dataclass(frozen=True)
@@ -71,31 +90,40 @@ def split_tokens(workload: Workload, gpu_hits: list[int], tier_hits: list[int]) 
 
 
 def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolicy,
-                  capacity_blocks: int, session_tags: bool = True, request_ends: bool = False) -> list[int]:
+                  capacity_blocks: int, setup: ReplaySetup = PLAIN) -> list[int]:
     """Run the tier; return each request's tier hit (leading run of blocks after the GPU hit).
 
-    With ``session_tags`` each stored block's hint names its session (as an adapter that knows
+    With ``setup.session_tags`` each stored block's hint names its session (as an adapter that knows
     the conversation does); without, policies see only the prefix chain (parent, depth). Every
     block counts as one unit of ``capacity_blocks`` and as size 1 in the policy calls.
 
-    With ``request_ends`` the replay also does what vLLM's tier does when a request finishes
+    With ``setup.request_ends`` the replay also does what vLLM's tier does when a request finishes
     (``LifeboatTier.on_request_finished``): at the response's end (``workload.ends``) the
     prompt's chain is handed over, tail first, to be marked used by
     ``EvictionPolicy.request_done``. As in a real tier (``Tier.touch``), those uses are kept
     and applied when the next new block is admitted and room is made for it (``Tier._reserve``),
     each at its own time on the policy's clock, for the blocks the tier holds then: after the
     reads of the requests that came in meanwhile, not before them.
+
+    With ``setup.keep_prefixes`` the tier guards sessions' leading blocks as a tier with
+    ``keep_prefixes = true`` (the default) does (``Tier._reserve``): a victim no deeper than the
+    incoming block, used more recently than the learnt idle limit and not one its session left
+    (``EvictionPolicy.abandoned``) declines the incoming block (victims taken before it stay
+    evicted). The guard learns return gaps from reads and kept uses on the replay's clock, as the
+    tier's does on its own (``PrefixGuard``).
     """
     if capacity_blocks < 1:
         raise ValueError(f"capacity_blocks must be >= 1, got {capacity_blocks}")
+    request_ends = setup.request_ends
     if request_ends and workload.ends is None:
         raise ValueError("request_ends needs the workload's response end times (Workload.ends)")
     present: set[int] = set()
     admit, insert, touch = policy.admit, policy.insert, policy.touch
     remove, victim, done = policy.remove, policy.victim, policy.request_done
+    guard = PrefixGuard() if setup.keep_prefixes else None
     add, discard = present.add, present.discard
     tier_hits: list[int] = []
-    tags = workload.streams if session_tags else [None] * len(workload.blocks)
+    tags = workload.streams if setup.session_tags else [None] * len(workload.blocks)
     ends: list[tuple[float, int]] = []  # (end time, request index) of requests not ended yet
     ended: list[tuple[float, int]] = []  # ended, their uses kept until the next reservation (Tier.touch)
     now = [0.0]
@@ -109,6 +137,8 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
             for block in reversed(workload.blocks[n]):
                 if block in present:
                     done(block)  # type: ignore[arg-type]
+                    if guard is not None:
+                        guard.used(block, at)  # type: ignore[arg-type]
         ended.clear()
         now[0] = current
 
@@ -122,6 +152,8 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
         pos = g
         while pos < end and blocks[pos] in present:  # Tier.fetch of the leading run
             touch(blocks[pos])  # type: ignore[arg-type]
+            if guard is not None:
+                guard.used(blocks[pos], t)  # type: ignore[arg-type]
             pos += 1
         tier_hits.append(pos - g)
         parent = blocks[pos - 1] if pos else None
@@ -138,10 +170,16 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
                         evicted = victim(block)  # type: ignore[arg-type]
                         if evicted is None:
                             break
+                        if guard is not None:
+                            if guard.protects(evicted, depth, t) and not policy.abandoned(evicted):
+                                break  # declined: the block is not stored
+                            guard.forget(evicted)
                         remove(evicted)
                         discard(evicted)  # type: ignore[arg-type]
                     if len(present) < capacity_blocks:
                         add(block)
+                        if guard is not None:
+                            guard.stored(block, depth, t)  # type: ignore[arg-type]
                         insert(block, 1, hint)  # type: ignore[arg-type]
             parent = block
     return tier_hits
@@ -149,10 +187,10 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
 
 def simulate(workload: Workload, gpu_hits: list[int], policy: EvictionPolicy, capacity_blocks: int,
              capacity_frac: float | None = None, label: str | None = None,
-             session_tags: bool = True, request_ends: bool = False) -> SimResult:
+             setup: ReplaySetup = PLAIN) -> SimResult:
     """One policy at one size: token split and CPU seconds (one core, immune to other load)."""
     started = time.process_time()
-    tier_hits = replay_policy(workload, gpu_hits, policy, capacity_blocks, session_tags, request_ends)
+    tier_hits = replay_policy(workload, gpu_hits, policy, capacity_blocks, setup)
     engine, tiers, recomputed = split_tokens(workload, gpu_hits, tier_hits)
     return SimResult(label or policy.name, capacity_frac, capacity_blocks, engine, tiers, recomputed,
                      time.process_time() - started)

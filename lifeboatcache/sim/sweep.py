@@ -10,7 +10,7 @@ from lifeboatcache_core.plugins import get_registry
 
 from lifeboatcache.sim.belady import simulate_belady
 from lifeboatcache.sim.engine import gpu_prefix_hits
-from lifeboatcache.sim.replay import SimResult, simulate, split_tokens
+from lifeboatcache.sim.replay import PLAIN, ReplaySetup, SimResult, simulate, split_tokens
 from lifeboatcache.sim.workload import Workload
 
 DEFAULT_POLICIES: tuple[str, ...] = ("lru", "arc", "score", "epicache")
@@ -50,13 +50,12 @@ def run_sweep(
     *,
     gpu_blocks: int = DEFAULT_GPU_BLOCKS,
     seed: int = 0,
-    session_tags: bool = True,
-    request_ends: bool = False,
+    setup: ReplaySetup = PLAIN,
     gpu_hits: list[int] | None = None,
     on_result: Callable[[SimResult], None] | None = None,
 ) -> list[SimResult]:
-    """Every policy (``belady`` = the offline optimum) at every tier size, fraction-major
-    (``request_ends``: with vLLM's touches at each response's end, ``sim.replay.replay_policy``)."""
+    """Every policy (``belady`` = the offline optimum) at every tier size, fraction-major, each
+    replayed with ``setup`` (``sim.replay.replay_policy``; Bélády's optimum has none)."""
     for name in policies:  # fail before hours of simulation, not after
         if name != BELADY:
             make_policy(name, seed)
@@ -69,8 +68,7 @@ def run_sweep(
             if name == BELADY:
                 result = simulate_belady(workload, gpu_hits, capacity, fraction)
             else:
-                result = simulate(workload, gpu_hits, make_policy(name, seed), capacity, fraction,
-                                  session_tags=session_tags, request_ends=request_ends)
+                result = simulate(workload, gpu_hits, make_policy(name, seed), capacity, fraction, setup=setup)
             results.append(result)
             if on_result is not None:
                 on_result(result)
@@ -85,7 +83,7 @@ def run_option_sets(
     *,
     gpu_blocks: int = DEFAULT_GPU_BLOCKS,
     seed: int = 0,
-    request_ends: bool = False,
+    setup: ReplaySetup = PLAIN,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One policy under several option sets in one replay of the whole workload, LRU and Bélády
@@ -93,7 +91,7 @@ def run_option_sets(
 
     The folds (``sim.folds``) compare candidate options on 1/K of the sessions at a time; this
     shows how the same candidates do with every session sharing the tier (a heavier load).
-    ``request_ends``: replayed with vLLM's touches at each response's end, LRU too.
+    ``setup``: how the tier is replayed (``sim.replay.replay_policy``), LRU's too.
     """
     for options in option_sets:  # a bad option fails before the replays
         make_policy(policy, seed, options)
@@ -103,11 +101,11 @@ def run_option_sets(
         capacity = workload.capacity_blocks(fraction)
         runs: list[tuple[str, dict[str, object] | None, SimResult]] = [
             ("lru", None, simulate(workload, gpu_hits, make_policy("lru", seed), capacity, fraction,
-                                   request_ends=request_ends)),
+                                   setup=setup)),
             (BELADY, None, simulate_belady(workload, gpu_hits, capacity, fraction))]
         for options in option_sets:
             runs.append((policy, dict(options), simulate(workload, gpu_hits, make_policy(policy, seed, options),
-                                                         capacity, fraction, request_ends=request_ends)))
+                                                         capacity, fraction, setup=setup)))
         lru, best = runs[0][2].hit_frac, runs[1][2].hit_frac
         for name, options, result in runs:
             row = {"capacity_frac": fraction, "policy": name, "options": options,

@@ -12,6 +12,7 @@ from lifeboatcache_core.builtin.lru import LRUPolicy
 from lifeboatcache_core.keys import BlockKey
 
 from lifeboatcache.sim.audit import FutureLeak, check_only_the_past
+from lifeboatcache.sim.replay import ReplaySetup
 from lifeboatcache.sim.sweep import make_policy
 from lifeboatcache.sim.workload import Workload, load_workload
 
@@ -63,13 +64,14 @@ def test_an_oracle_policy_is_caught_reading_the_future() -> None:
         check_only_the_past(wl, Oracle, capacity_blocks=wl.working_set // 10)
 
 
-@pytest.mark.parametrize("request_ends", [False, True])
+@pytest.mark.parametrize("setup", [ReplaySetup(), ReplaySetup(request_ends=True),
+                                   ReplaySetup(request_ends=True, keep_prefixes=True)],
+                         ids=["requests", "request-ends", "request-ends-keep-prefixes"])
 @pytest.mark.parametrize("name", ["lru", "arc", "score", "epicache"])
-def test_every_shipped_policy_decides_on_the_past_only(name: str, request_ends: bool) -> None:
+def test_every_shipped_policy_decides_on_the_past_only(name: str, setup: ReplaySetup) -> None:
     wl = agent_sessions()
     for capacity in (wl.working_set // 20, wl.working_set // 5):
-        compared = check_only_the_past(wl, lambda: make_policy(name), capacity_blocks=capacity,
-                                       request_ends=request_ends)
+        compared = check_only_the_past(wl, lambda: make_policy(name), capacity_blocks=capacity, setup=setup)
         assert compared > 500  # enough decisions before the cut to mean something
 
 

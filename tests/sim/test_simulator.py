@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from lifeboatcache.cli import app
 from lifeboatcache.sim.belady import next_use, simulate_belady
 from lifeboatcache.sim.engine import gpu_prefix_hits
-from lifeboatcache.sim.replay import simulate
+from lifeboatcache.sim.replay import ReplaySetup, simulate
 from lifeboatcache.sim.sweep import make_policy, run_option_sets, run_sweep, unlimited_hit_frac
 from lifeboatcache.sim.workload import Workload, load_workload
 
@@ -55,7 +55,7 @@ def test_request_ends_touch_the_held_blocks_tail_first_at_the_responses_end() ->
     # request 0 [1,2,3] at 0 s ends at 15 s; request 1 [7] at 10 s ends at 12 s; request 2 at 20 s
     wl = replace(workload([[1, 2, 3], [7], [1, 2, 3, 4]]), ends=[15.0, 12.0, 29.0])
     policy = Recording()
-    simulate(wl, [0, 0, 0], policy, capacity_blocks=3, request_ends=True)
+    simulate(wl, [0, 0, 0], policy, capacity_blocks=3, setup=ReplaySetup(request_ends=True))
     # 7 evicted 1 (LRU): request 0's end touches the held 3, 2; request 2's end (29 s) never comes
     assert policy.done == [(12.0, 7), (15.0, 3), (15.0, 2)]
     policy = Recording()
@@ -136,6 +136,22 @@ def test_bench_traces_request_ends_replays_vllms_touch_at_each_responses_end(tra
     assert with_ends["results"][0]["hit_frac"] != without["results"][0]["hit_frac"]
 
 
+def test_bench_traces_keep_prefixes_replays_the_tiers_guard(traces_dir: Path) -> None:
+    def lru(*flag: str) -> dict[str, object]:
+        result = CliRunner().invoke(app, ["bench", "traces", "--traces", str(traces_dir), "--limit", "3",
+                                          "--capacity-frac", "0.05", "--gpu-blocks", "64", "--folds", "1",
+                                          "--policy", "lru", "--policy", "belady", "--json", *flag])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)  # type: ignore[no-any-return]
+
+    guarded, plain = lru("--keep-prefixes"), lru()
+    assert guarded["keep_prefixes"] is True and plain["keep_prefixes"] is False
+    hit = {name: [r["hit_frac"] for r in report["results"] if r["policy"] == "lru"][0]  # type: ignore[index]
+           for name, report in (("guarded", guarded), ("plain", plain))}
+    # the guard keeps sessions' heads that LRU would give up: more hits on these traces
+    assert hit["guarded"] > hit["plain"]
+
+
 def test_epicaches_request_done_option_matters_only_where_requests_end(traces_dir: Path) -> None:
     """Without ends (SGLang, LMCache, the default replay) both settings are the same policy."""
     wl = load_workload(traces_dir, limit=3)
@@ -143,7 +159,8 @@ def test_epicaches_request_done_option_matters_only_where_requests_end(traces_di
 
     def hit_frac(request_done: str, request_ends: bool) -> float:
         policy = make_policy("epicache", options={"request_done": request_done})
-        return simulate(wl, gpu, policy, wl.capacity_blocks(0.05), request_ends=request_ends).hit_frac
+        return simulate(wl, gpu, policy, wl.capacity_blocks(0.05),
+                        setup=ReplaySetup(request_ends=request_ends)).hit_frac
 
     assert hit_frac("idle", False) == hit_frac("visit", False)
     assert hit_frac("idle", True) != hit_frac("visit", True)

@@ -5,19 +5,22 @@ through a real ``TieredCache`` (one DRAM tier sized to hold exactly C blocks), w
 request looks up its leading run (``presence``), reads it (``get``: ``Tier.fetch``) and stores
 the rest (``put``: ``Tier.store``), as an engine's offloading connector does. The recorded
 policy calls (``admit``, ``insert``, ``touch``, ``victim``, ``remove`` with the block and its
-hint) must be identical, and so must the per-request tier hits. The tier runs with
-``keep_prefixes = false``: that guard is the tier's own veto on victims, which the simulator
-does not model. With vLLM's request ends (``request_ends``) each finished request's chain reaches
-the tier as ``TieredCache.touch(..., request_done=True)`` before the next request, as vLLM's
-tier reports it.
+hint) must be identical, and so must the per-request tier hits. With vLLM's request ends
+(``request_ends``) each finished request's chain reaches the tier as
+``TieredCache.touch(..., request_done=True)`` before the next request, as vLLM's tier reports it.
+With ``keep_prefixes`` (a tier's default) the tier's own veto on victims runs in both, the tier's
+clock set to the workload's times.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
+from types import SimpleNamespace
 
+import lifeboatcache_core.tier
 import pytest
 from lifeboatcache_core.abc import BlockHint
 from lifeboatcache_core.builtin.lru import LRUPolicy
@@ -27,7 +30,7 @@ from lifeboatcache_core.keys import BlockKey
 from lifeboatcache_core.tier import BLOCK_OVERHEAD
 
 from lifeboatcache.sim.engine import gpu_prefix_hits
-from lifeboatcache.sim.replay import replay_policy
+from lifeboatcache.sim.replay import ReplaySetup, replay_policy
 from lifeboatcache.sim.workload import Workload
 
 BLOCK = 512
@@ -91,12 +94,15 @@ def sessions_workload() -> Workload:
 
 
 def run_real_tier(tmp_path: Path, wl: Workload, gpu_hits: list[int], capacity_blocks: int,
-                  request_ends: bool = False) -> tuple[list[int], list]:
+                  request_ends: bool = False, keep_prefixes: bool = False,
+                  clock: list[float] | None = None) -> tuple[list[int], list]:
+    """``clock``: the tier's ``time.monotonic`` reads it; set here to each request's and end's time."""
+    clock = [0.0] if clock is None else clock
     ids = sorted({b for p in wl.blocks for b in p})
     key_of = {b: BlockKey("parity", b.to_bytes(8, "big") * 4) for b in ids}
     int_of: dict[Hashable, int] = {k: b for b, k in key_of.items()}
     config = load_config_dict({"tiers": [{"name": "ram", "backend": "dram", "capacity_gb": 1, "io_threads": 1,
-                                          "keep_prefixes": False}],
+                                          "keep_prefixes": keep_prefixes}],
                                "fallback_local": {"path": str(tmp_path / "fb"), "capacity_gb": 1}})
     cache = TieredCache(config, background_index=False)
     try:
@@ -115,7 +121,9 @@ def run_real_tier(tmp_path: Path, wl: Workload, gpu_hits: list[int], capacity_bl
         ends = sorted((end, n) for n, end in enumerate(wl.ends or ())) if request_ends else []
         for blocks, g, tag, t in zip(wl.blocks, gpu_hits, wl.streams, wl.times, strict=True):
             while ends and ends[0][0] <= t:  # vLLM's tier: a finished request's chain, tail first
-                cache.touch([key_of[b] for b in reversed(wl.blocks[ends.pop(0)[1]])], request_done=True)
+                clock[0], n = ends.pop(0)
+                cache.touch([key_of[b] for b in reversed(wl.blocks[n])], request_done=True)
+            clock[0] = t
             tail = [key_of[b] for b in blocks[g:]]
             run = 0
             for known in cache.presence(tail):
@@ -135,16 +143,23 @@ def run_real_tier(tmp_path: Path, wl: Workload, gpu_hits: list[int], capacity_bl
         cache.close()
 
 
+@pytest.mark.parametrize("keep_prefixes", [False, True], ids=["unguarded", "keep-prefixes"])
 @pytest.mark.parametrize("request_ends", [False, True], ids=["requests", "request-ends"])
-def test_the_simulator_calls_the_policy_exactly_as_a_tier_does(tmp_path: Path, request_ends: bool) -> None:
+def test_the_simulator_calls_the_policy_exactly_as_a_tier_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              request_ends: bool, keep_prefixes: bool) -> None:
     wl = sessions_workload()
     if request_ends:  # each response ends 2 s after its request, before the next request (5 s on)
         wl = replace(wl, ends=[t + 2.0 for t in wl.times])
     gpu_hits = gpu_prefix_hits(wl, 4)
     capacity = 30
     sim_policy = Recording()
-    sim_hits = replay_policy(wl, gpu_hits, sim_policy, capacity, request_ends=request_ends)
-    tier_hits, tier_calls = run_real_tier(tmp_path, wl, gpu_hits, capacity, request_ends)
+    sim_hits = replay_policy(wl, gpu_hits, sim_policy, capacity,
+                             ReplaySetup(request_ends=request_ends, keep_prefixes=keep_prefixes))
+    clock = [0.0]
+    monkeypatch.setattr(lifeboatcache_core.tier, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    tier_hits, tier_calls = run_real_tier(tmp_path, wl, gpu_hits, capacity, request_ends, keep_prefixes, clock)
+    if keep_prefixes:  # the guard declined blocks: a victim was chosen and no remove followed
+        assert any(c[0] == "victim" and nxt[0] != "remove" for c, nxt in pairwise(tier_calls))
     kinds = {c[0] for c in sim_policy.calls}
     assert kinds == {"admit", "insert", "touch", "victim", "remove"} | ({"request_done"} if request_ends else set())
     assert any(c[0] == "touch" for c in sim_policy.calls[1:]) and sum(sim_hits) > 0

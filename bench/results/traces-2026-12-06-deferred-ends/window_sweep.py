@@ -13,6 +13,7 @@ import sys
 import time
 
 from lifeboatcache.bench.traces import DEFAULT_TRACES
+from lifeboatcache.sim.replay import ReplaySetup
 from lifeboatcache.sim.sweep import run_option_sets
 from lifeboatcache.sim.workload import load_workload
 
@@ -20,6 +21,6 @@ fractions = tuple(float(x) for x in sys.argv[1].split(","))
 request_ends = sys.argv[2] == "ends"
 option_sets = [json.loads(a) for a in sys.argv[3:]]
 started = time.time()
-run_option_sets(load_workload(DEFAULT_TRACES, seed=0), "epicache", option_sets, fractions, request_ends=request_ends,
-                on_row=lambda row: print(json.dumps(row), flush=True))
+run_option_sets(load_workload(DEFAULT_TRACES, seed=0), "epicache", option_sets, fractions,
+                setup=ReplaySetup(request_ends=request_ends), on_row=lambda row: print(json.dumps(row), flush=True))
 print("wall", round(time.time() - started, 1))

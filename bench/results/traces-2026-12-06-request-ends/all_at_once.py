@@ -15,6 +15,7 @@ import sys
 import time
 
 from lifeboatcache.bench.traces import DEFAULT_TRACES
+from lifeboatcache.sim.replay import ReplaySetup
 from lifeboatcache.sim.sweep import DEFAULT_GPU_BLOCKS, run_option_sets
 from lifeboatcache.sim.workload import load_workload
 
@@ -22,7 +23,8 @@ OPTIONS = [{"request_done": "idle"}, {"request_done": "visit"}]
 
 started = time.time()
 rows = run_option_sets(load_workload(DEFAULT_TRACES, seed=0), "epicache", OPTIONS, (0.02, 0.05, 0.1),
-                       request_ends=True, on_row=lambda row: print(json.dumps(row), file=sys.stderr, flush=True))
+                       setup=ReplaySetup(request_ends=True),
+                       on_row=lambda row: print(json.dumps(row), file=sys.stderr, flush=True))
 json.dump({"traces": str(DEFAULT_TRACES), "request_ends": True, "gpu_blocks": DEFAULT_GPU_BLOCKS, "seed": 0,
            "rows": rows, "wall_s": round(time.time() - started, 1), "load_avg_end": os.getloadavg()},
           sys.stdout, indent=1)
