@@ -146,7 +146,7 @@ def test_bench_traces_keep_prefixes_replays_the_tiers_guard(traces_dir: Path) ->
 
     guarded, plain = lru("--keep-prefixes"), lru()
     assert guarded["keep_prefixes"] is True and plain["keep_prefixes"] is False
-    hit = {name: [r["hit_frac"] for r in report["results"] if r["policy"] == "lru"][0]  # type: ignore[index]
+    hit = {name: next(r["hit_frac"] for r in report["results"] if r["policy"] == "lru")  # type: ignore[index]
            for name, report in (("guarded", guarded), ("plain", plain))}
     # the guard keeps sessions' heads that LRU would give up: more hits on these traces
     assert hit["guarded"] > hit["plain"]
