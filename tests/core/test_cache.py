@@ -429,6 +429,41 @@ def test_a_full_tier_gives_up_the_blocks_a_session_left_before_any_session(
         assert cache.tiers[0].stats.declined == 0
 
 
+def test_a_guarded_full_tier_gives_a_cold_sessions_room_to_a_new_block(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``keep_prefixes`` (on by default) keeps a shallower block used within its idle limit (600 s
+    before it has learnt return gaps) and declines a deeper new block instead. EpiCache's session
+    a came every 10 s and has been away for 60 s: past its own deadline, it is what EpiCache gives
+    up first, and the guard lets it (``abandoned``) rather than refuse b's grown prompt."""
+    from lifeboatcache_core.abc import BlockHint
+
+    from lifeboatcache_core import tier as tier_module
+
+    clock = [0.0]
+    monkeypatch.setattr(tier_module.time, "monotonic", lambda: clock[0])
+    tier = file_tier(tmp_path / "t", io_threads=1, policy="epicache")  # keep_prefixes by default
+    with open_cache(tmp_path, tier) as cache:
+        a, b = keys(4), keys(4, start=100)
+
+        def request(at: float, tag: str, chain: list[BlockKey]) -> list[bool]:
+            clock[0] = at
+            hints = [BlockHint(tag=tag, parent=chain[d - 1] if d else None, depth=d) for d in range(len(chain))]
+            return cache.put(chain, blobs(len(chain), 4096), hints=hints)
+
+        for at in (0.0, 10.0, 20.0, 30.0):
+            assert all(request(at, "a", a))
+            assert all(request(at + 5.0, "b", b))
+        for at in (40.0, 50.0, 60.0, 70.0, 80.0):  # a is away: b alone, every 10 s
+            assert all(request(at + 5.0, "b", b))
+        cache.tiers[0].resize(cache.tiers[0].used)
+        grown = b + keys(2, start=200)
+        assert all(request(90.0, "b", grown))
+        assert all(cache.exists(grown))
+        held = cache.exists(a)
+        assert held[0] and not held[-1] and held == sorted(held, reverse=True)  # a's tail made the room
+        assert cache.tiers[0].stats.declined == 0
+
+
 def test_touch_never_waits_for_a_tiers_lock(tmp_path: Path) -> None:
     """``touch`` runs on the engine's scheduler thread (vLLM's ``touch`` and
     ``on_request_finished``): it must not wait while an I/O thread holds a tier's lock to choose

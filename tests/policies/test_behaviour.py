@@ -380,6 +380,31 @@ def test_epicache_a_use_applied_late_belongs_to_the_visit_it_came_from(late: str
     assert sorted(evict(epi) for _ in range(4)) == [key(4), key(5), key(6), key(7)]
 
 
+def test_epicache_calls_the_blocks_of_a_cold_session_abandoned() -> None:
+    """A tier's ``keep_prefixes`` guard asks before it keeps a shallow block used lately rather
+    than store a new one: past its own rhythm's deadline a session is gone for EpiCache, though
+    the guard's one idle limit for all sessions (minutes) still calls its blocks in use."""
+    epi = EpiCachePolicy(EpiCacheConfig(gap_smoothing=1.0))  # patience 1.5: cold 15 s after a visit
+    epi.clock = clock = FakeClock()
+    a = range(4)
+    for t in (0.0, 10.0, 20.0):  # a every 10 s, another session's store after each visit
+        clock.now = t
+        store_chain(epi, a, tag="a")
+        epi.insert(key(1000 + int(t)), 1, BlockHint("other", None, 0))
+    clock.now = 34.0
+    assert not any(epi.abandoned(key(i)) for i in a)
+    clock.now = 36.0
+    assert all(epi.abandoned(key(i)) for i in a)
+    store_chain(epi, a, tag="a")  # back: warm again
+    assert not any(epi.abandoned(key(i)) for i in a)
+    assert not epi.abandoned(key(999))  # not held
+    returns = EpiCachePolicy(EpiCacheConfig(predictor="returns"))  # no deadlines: only left blocks
+    returns.clock = clock
+    store_chain(returns, a, tag="a")
+    clock.now = 1e6
+    assert not any(returns.abandoned(key(i)) for i in a)
+
+
 def test_epicache_first_gap_of_a_new_episode_is_the_mean_so_far() -> None:
     epi = EpiCachePolicy(EpiCacheConfig(predictor="rhythm"))
     epi.clock = clock = FakeClock()
