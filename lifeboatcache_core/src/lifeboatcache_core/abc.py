@@ -530,7 +530,9 @@ class EvictionPolicy(ABC):
         A tier with ``keep_prefixes`` declines a new block rather than evict a shallower block
         used lately, a head in use. A block its session's latest request did not use, though
         it used blocks as deep (EpiCache's ``stale_first``: a compacted or rewritten context),
-        is no head in use: the tier takes it as a victim whatever its depth and age.
+        or one of a session the policy knows to be gone (EpiCache: past its own rhythm's
+        deadline, sooner than the guard's one idle limit for all sessions) is no head in use:
+        the tier takes it as a victim whatever its depth and age.
         """
         return False
 
