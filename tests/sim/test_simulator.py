@@ -186,3 +186,16 @@ def test_advise_json(traces_dir: Path) -> None:
     for r in rows:
         assert abs(r["dram_gib"] + r["nvme_gib"] - r["gib"]) < 0.02 and r["dram_gib"] <= 1.0
     assert report["curves"]["lru"][-1][1] >= 0.95 * report["optimum_hit_frac"]
+
+
+def test_advise_replays_the_tiers_keep_prefixes_guard_by_default(traces_dir: Path) -> None:
+    """A tier config keeps prefixes unless told not to, so the advice sizes that tier."""
+    def curve(*flag: str) -> dict[str, object]:
+        result = CliRunner().invoke(app, ["advise", "--traces", str(traces_dir), "--limit", "3", "--policy", "lru",
+                                          "--grid", "0.05", "--gpu-blocks", "64", "--json", *flag])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)  # type: ignore[no-any-return]
+
+    default, unguarded = curve(), curve("--no-keep-prefixes")
+    assert default["keep_prefixes"] is True and unguarded["keep_prefixes"] is False
+    assert default["curves"]["lru"] != unguarded["curves"]["lru"]  # type: ignore[index]
