@@ -10,6 +10,7 @@ setup(
             "lifeboatcache_codec_lbq._groups",
             sources=["src/lifeboatcache_codec_lbq/_groups.c"],
             extra_compile_args=["-O3", "-fvisibility=hidden", "-ffp-contract=off"],
+            libraries=["m"],
         )
     ],
 )

@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lifeboatcache_codec_lbq.groups import dequantize_rows, packed_size, quantize_rows
+from lifeboatcache_codec_lbq.groups import (
+    dequantize_rows,
+    dequantize_rows_log8,
+    packed_size,
+    quantize_rows,
+    quantize_rows_log8,
+)
 
 
 def reference_quantize(x: np.ndarray, bits: int, clip: float | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -99,3 +105,93 @@ def test_mismatched_buffers_are_refused_not_overrun() -> None:
     with pytest.raises(ValueError, match="clip values"):
         _groups.quantize(rows, 8, 4, np.ones(3, np.float32), True, np.empty(16, np.uint8),
                          np.empty(4, np.float16), np.empty(4, np.float16))
+
+
+# ----------------------------------------------------------------------------- log8 rows
+
+#: 2**(k/16) as the kernel's float constants
+OCTAVE16 = np.array([1.0, 1.04427378, 1.09050773, 1.13878863, 1.18920712, 1.24185781, 1.29683955, 1.35425555,
+                     1.41421356, 1.47682615, 1.54221083, 1.61049033, 1.68179283, 1.75625216, 1.83400809,
+                     1.91520656], dtype=np.float32)
+LOG8_FLOOR = -16 * 160
+
+
+def log8_half(t: np.ndarray) -> np.ndarray:
+    return np.ldexp(OCTAVE16[t % 16], t // 16).astype(np.float32)
+
+
+def reference_quantize_log8(x: np.ndarray, bits: int, clip: float | np.ndarray
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """log8 in numpy: t the smallest with 2**(t/16) >= max(half-range, |mid| * 32/127), found by search."""
+    top = np.float32((1 << bits) - 1)
+    lo, hi = x.min(axis=1), x.max(axis=1)
+    if not np.all(np.asarray(clip) >= 1.0):
+        mid = (hi + lo) * np.float32(0.5)
+        half = (hi - lo) * (np.float32(0.5) * np.asarray(clip, dtype=np.float32))
+        lo, hi = mid - half, mid + half
+    mid, half = (hi + lo) * np.float32(0.5), (hi - lo) * np.float32(0.5)
+    need = np.maximum(half, np.abs(mid) * np.float32(32.0 / 127.0))
+    t = np.full(len(x), LOG8_FLOOR)
+    for r in np.flatnonzero(need > 0):
+        t[r] = int(np.ceil(16 * np.log2(float(need[r]))))
+        while log8_half(np.array(t[r])) < need[r]:
+            t[r] += 1
+        while log8_half(np.array(t[r] - 1)) >= need[r]:
+            t[r] -= 1
+    base = int(t.max()) - 255
+    e = np.maximum(t - base, 0).astype(np.uint8)
+    h = log8_half(e.astype(np.int64) + base)
+    m = np.clip(np.rint(mid / (h / np.float32(32))), -127, 127).astype(np.int8)
+    zero, step = m.astype(np.float32) * (h / np.float32(32)) - h, (h + h) / top
+    inverse = np.divide(np.float32(1), step, out=np.zeros_like(step), where=step > 0)
+    codes = np.clip(np.rint((x - zero[:, None]) * inverse[:, None]), 0, top).astype(np.uint8)
+    return codes, e, m, base
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4])
+@pytest.mark.parametrize(("n_rows", "width"), [(1, 1), (7, 3), (64, 32), (300, 64), (5, 13)])
+def test_log8_grids_codes_and_decoded_rows_are_numpys(bits: int, n_rows: int, width: int) -> None:
+    for seed in range(3):
+        x = rows_of(n_rows, width, seed)
+        for clip in (1.0, 0.85, np.random.default_rng(seed).choice(np.array([0.7, 1.0], np.float32), n_rows)):
+            codes, e, m, base = reference_quantize_log8(x, bits, clip)
+            packed, got_e, got_m, got_base = quantize_rows_log8(x, bits, clip)
+            assert (got_base, got_e.tobytes(), got_m.tobytes()) == (base, e.tobytes(), m.tobytes()), "grids"
+            assert packed.tobytes() == reference_pack(codes, bits), "packed codes"
+            h = log8_half(e.astype(np.int64) + base)
+            zero, step = m.astype(np.float32) * (h / np.float32(32)) - h, (h + h) / np.float32((1 << bits) - 1)
+            expected = reference_dequantize(codes, step, zero)
+            assert dequantize_rows_log8(packed, bits, width, e, m, base).tobytes() == expected.tobytes()
+
+
+@settings(max_examples=40, deadline=None)
+@given(bits=st.sampled_from([2, 3, 4]), n_rows=st.integers(1, 40), width=st.integers(2, 70),
+       seed=st.integers(0, 2**16))
+def test_a_log8_row_decodes_within_half_a_step_of_a_grid_no_wider_than_it_says(bits: int, n_rows: int, width: int,
+                                                                               seed: int) -> None:
+    """Unclipped, each value moves by at most half a step plus the midpoint's rounding (h/64), and
+    the grid is at most 2**(1/16) wider than the row needs, where the row is within 16 octaves
+    of the widest (the others share the widest's floor)."""
+    x = rows_of(n_rows, width, seed)
+    packed, e, m, base = quantize_rows_log8(x, bits, 1.0)
+    decoded = dequantize_rows_log8(packed, bits, width, e, m, base)
+    h = log8_half(e.astype(np.int64) + base).astype(np.float64)
+    lo, hi = x.min(axis=1).astype(np.float64), x.max(axis=1).astype(np.float64)
+    need = np.maximum((hi - lo) / 2, np.abs(hi + lo) / 2 * 32 / 127)
+    assert np.all(h >= need)
+    assert np.all((h <= need * 2 ** (1 / 16) * (1 + 1e-6)) | (e == 0))
+    step = 2 * h / ((1 << bits) - 1)
+    assert np.all(np.abs(decoded - x) <= (step / 2 + h / 64)[:, None] * (1 + 1e-5) + 1e-30)
+    assert e.max() == 255 or np.all(need == 0)
+
+
+def test_log8_buffers_that_do_not_match_are_refused() -> None:
+    from lifeboatcache_codec_lbq import _groups
+
+    rows = np.zeros((4, 8), dtype=np.float32)
+    with pytest.raises(ValueError, match="do not match"):  # a float16 scale's room is not log8's
+        _groups.quantize_log8(rows, 8, 2, np.ones(1, np.float32), False, np.empty(8, np.uint8),
+                              np.empty(8, np.uint8), np.empty(8, np.int8))
+    with pytest.raises(ValueError, match="do not match"):
+        _groups.dequantize_log8(np.empty(8, np.uint8), 8, 2, np.empty(4, np.uint8), np.empty(3, np.int8), 0,
+                                np.empty((4, 8), np.float32))

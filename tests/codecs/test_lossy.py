@@ -271,6 +271,35 @@ def test_oscar_precise_layers_are_stored_at_more_bits_and_the_rest_as_before(tmp
     assert x.nbytes / stored >= 5.0
 
 
+def test_oscar_stores_each_rows_grid_in_two_bytes_and_still_reads_float16_grids(tmp_path: Path) -> None:
+    """log8 (the default since 2026-12-07): two bytes a row's grid instead of four, 7.1x instead of
+    6.4x at about the same error; a block written with float16 grids (before) decodes as it did."""
+    x = kv_like(BLOCK.shape, seed=5, outlier_channels=2)
+    old_codec = OscarCodec(OscarConfig(rotation_dir=tmp_path, ranges="float16"))
+    old, old_stored, old_params = round_trip(old_codec, x, BLOCK)
+    codec = OscarCodec(OscarConfig(rotation_dir=tmp_path))
+    new, stored, params = round_trip(codec, x, BLOCK)
+    rows = 2 * 2 * 256 * 3  # (kv, layer, token, head): one 64-value row each
+    assert params["ranges"] == "log8" and "ranges" not in old_params
+    assert old_stored - stored == 2 * rows and x.nbytes / stored >= 7.0
+    for half in (0, 1):
+        assert rel_err(x[half], new[half]) < 1.1 * rel_err(x[half], old[half])
+    pieces, _ = old_codec.encode(memoryview(x.view(np.uint8).reshape(-1)), BLOCK)
+    again = np.empty_like(x)
+    codec.decode(memoryview(b"".join(bytes(p) for p in pieces)), old_params, BLOCK,
+                 memoryview(again.view(np.uint8).reshape(-1)))
+    assert np.array_equal(again.view(np.uint16), old.view(np.uint16))
+    pieces, _ = codec.encode(memoryview(x.view(np.uint8).reshape(-1)), BLOCK)
+    payload = memoryview(b"".join(bytes(p) for p in pieces))
+    dest = memoryview(np.empty_like(x).view(np.uint8).reshape(-1))
+    for bad in ({**params, "ranges": "log7"}, {k: v for k, v in params.items() if k != "range_base"},
+                {**params, "range_base": {"k": params["range_base"]["k"]}},
+                {**params, "range_base": {**params["range_base"], "v": [1.5]}},
+                {**params, "range_base": {**params["range_base"], "v": [0, 0]}}):
+        with pytest.raises(CorruptBlockError):
+            codec.decode(payload, bad, BLOCK, dest)
+
+
 def test_oscar_precise_layers_beyond_the_model_are_ignored_and_bad_ones_refused(tmp_path: Path) -> None:
     layout = KVLayout("bfloat16", (2, 2, 32, 3, 64), AXES)
     x = kv_like(layout.shape)

@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 /* float16 through the compiler's _Float16: IEEE round-to-nearest-even, overflow to inf, as numpy's
@@ -110,53 +111,143 @@ static inline void row_range(const float *row, Py_ssize_t width, float *lo_out, 
     *hi_out = hi;
 }
 
+/* a row's codes on the grid `z32 + code / inverse` (inverse 0: every code 0) */
+static inline void emit_codes(const float *row, Py_ssize_t width, float z32, float inverse, float top, uint8_t *out) {
+    for (Py_ssize_t i = 0; i < width; i++) {
+        float v = (row[i] - z32) * inverse;
+        v = v > 0.0f ? v : 0.0f;                              /* clipping before rounding: the same codes */
+        v = v < top ? v : top;
+        out[i] = (uint8_t)(bits_of(v + 8388608.0f) - bits_of(8388608.0f));  /* rint, for 0 <= v < 2**23 */
+    }
+}
+
+static inline void decode_row(const uint8_t *in, Py_ssize_t width, float s, float z, float *row) {
+    for (Py_ssize_t i = 0; i < width; i++) row[i] = (float)in[i] * s + z;
+}
+
+/* the row's [lo, hi], shrunk around its midpoint by the row's clip factor when clipping */
+static inline void clipped_range(const float *row, Py_ssize_t width, const float *clip, Py_ssize_t n_clip,
+                                 int apply_clip, Py_ssize_t r, float *lo, float *hi) {
+    row_range(row, width, lo, hi);
+    if (apply_clip) {
+        float mid = (*hi + *lo) * 0.5f;
+        float half = (*hi - *lo) * (0.5f * clip[n_clip == 1 ? 0 : r]);
+        *lo = mid - half;
+        *hi = mid + half;
+    }
+}
+
 static void quantize_rows(const float *x, Py_ssize_t n_rows, Py_ssize_t width, int bits, const float *clip,
                           Py_ssize_t n_clip, int apply_clip, uint8_t *codes, uint16_t *scale, uint16_t *zero) {
     const float top = (float)((1 << bits) - 1);
     for (Py_ssize_t r = 0; r < n_rows; r++) {
         const float *row = x + r * width;
         float lo, hi;
-        row_range(row, width, &lo, &hi);
-        if (apply_clip) {
-            float mid = (hi + lo) * 0.5f;
-            float half = (hi - lo) * (0.5f * clip[n_clip == 1 ? 0 : r]);
-            lo = mid - half;
-            hi = mid + half;
-        }
+        clipped_range(row, width, clip, n_clip, apply_clip, r, &lo, &hi);
         uint16_t z_bits = float_to_half(lo);
         float z32 = half_to_float(z_bits);
         uint16_t s_bits = float_to_half((hi - z32) / top);
         if (half_to_float(s_bits) * top < hi - z32) s_bits = next_up(s_bits);
         float s32 = half_to_float(s_bits);
-        float inverse = s32 > 0.0f ? 1.0f / s32 : 0.0f;
         zero[r] = z_bits;
         scale[r] = s_bits;
-        uint8_t *out = codes + r * width;
-        for (Py_ssize_t i = 0; i < width; i++) {
-            float v = (row[i] - z32) * inverse;
-            v = v > 0.0f ? v : 0.0f;                          /* clipping before rounding: the same codes */
-            v = v < top ? v : top;
-            out[i] = (uint8_t)(bits_of(v + 8388608.0f) - bits_of(8388608.0f));  /* rint, for 0 <= v < 2**23 */
-        }
+        emit_codes(row, width, z32, s32 > 0.0f ? 1.0f / s32 : 0.0f, top, codes + r * width);
     }
 }
 
 static void dequantize_rows(const uint8_t *codes, Py_ssize_t n_rows, Py_ssize_t width, const uint16_t *scale,
                             const uint16_t *zero, float *out) {
+    for (Py_ssize_t r = 0; r < n_rows; r++)
+        decode_row(codes + r * width, width, half_to_float(scale[r]), half_to_float(zero[r]), out + r * width);
+}
+
+/* ---- log8 rows: a row's grid in two bytes instead of a float16 scale and zero.
+ *
+ * A row's half-range is h(t) = 2**(t / 16) for an integer t, stored as e = t - base in a uint8 (base: one per
+ * call, so that the widest row has e = 255 and 16 octaves fit below it; narrower rows are widened to h(base)),
+ * and its midpoint as m * h / 32 for an int8 m in [-127, 127]. t is the smallest with h(t) >= the row's
+ * half-range and >= |midpoint| * 32 / 127, so the grid [m h / 32 - h, m h / 32 + h] covers the row but for the
+ * midpoint's rounding (at most h / 64: 1/43 of a 2-bit step). h(t) is a table value times a power of two (ldexpf
+ * of exact float constants), never libm's exp2f, so every machine decodes the grid the encoder chose. */
+static const float OCTAVE16[16] = {
+    1.0f, 1.04427378f, 1.09050773f, 1.13878863f, 1.18920712f, 1.24185781f, 1.29683955f, 1.35425555f,
+    1.41421356f, 1.47682615f, 1.54221083f, 1.61049033f, 1.68179283f, 1.75625216f, 1.83400809f, 1.91520656f,
+};
+#define LOG8_MID_UNITS 32.0f   /* the midpoint's step is h / 32 */
+#define LOG8_MID_MAX 127
+
+static inline int floor_div16(int t) { return t >= 0 ? t / 16 : -((15 - t) / 16); }
+static inline float log8_half(int t) { return ldexpf(OCTAVE16[t - 16 * floor_div16(t)], floor_div16(t)); }
+
+/* the grid (zero, step) of stored (e, m): shared by the encoder and the decoder, operation for operation */
+static inline void log8_grid(uint8_t e, int8_t m, int base, float top, float *z, float *step) {
+    float h = log8_half((int)e + base);
+    *z = (float)m * (h / LOG8_MID_UNITS) - h;
+    *step = (h + h) / top;
+}
+
+/* the smallest t with h(t) >= need (need > 0, finite) */
+static int log8_exponent(float need) {
+    int t = (int)ceilf(16.0f * log2f(need));
+    while (log8_half(t) < need) t++;
+    while (log8_half(t - 1) >= need) t--;
+    return t;
+}
+
+#define LOG8_FLOOR (-16 * 160)  /* h below 2**-160: a zero row (float32 values are >= 2**-149) */
+
+/* returns base; exps and mids: scratch of n_rows each (the rows' t and midpoints, so each row is read twice, not
+ * three times) */
+static int quantize_rows_log8(const float *x, Py_ssize_t n_rows, Py_ssize_t width, int bits, const float *clip,
+                              Py_ssize_t n_clip, int apply_clip, uint8_t *codes, uint8_t *e_out, int8_t *m_out,
+                              int *exps, float *mids) {
+    const float top = (float)((1 << bits) - 1);
+    int widest = LOG8_FLOOR;
     for (Py_ssize_t r = 0; r < n_rows; r++) {
-        float s = half_to_float(scale[r]), z = half_to_float(zero[r]);
-        const uint8_t *in = codes + r * width;
-        float *row = out + r * width;
-        for (Py_ssize_t i = 0; i < width; i++) row[i] = (float)in[i] * s + z;
+        float lo, hi;
+        clipped_range(x + r * width, width, clip, n_clip, apply_clip, r, &lo, &hi);
+        float mid = (hi + lo) * 0.5f, half = (hi - lo) * 0.5f;
+        float need = fabsf(mid) * (LOG8_MID_UNITS / (float)LOG8_MID_MAX);
+        need = half > need ? half : need;
+        exps[r] = need > 0.0f ? log8_exponent(need) : LOG8_FLOOR;
+        mids[r] = mid;
+        widest = exps[r] > widest ? exps[r] : widest;
+    }
+    int base = widest - 255;
+    for (Py_ssize_t r = 0; r < n_rows; r++) {
+        uint8_t e = (uint8_t)(exps[r] > base ? exps[r] - base : 0);
+        float h = log8_half((int)e + base);
+        float units = rintf(mids[r] / (h / LOG8_MID_UNITS));
+        units = units < (float)LOG8_MID_MAX ? units : (float)LOG8_MID_MAX;
+        units = units > (float)-LOG8_MID_MAX ? units : (float)-LOG8_MID_MAX;
+        int8_t m = (int8_t)units;
+        float z, step;
+        log8_grid(e, m, base, top, &z, &step);
+        e_out[r] = e;
+        m_out[r] = m;
+        float inverse = step > 0.0f ? 1.0f / step : 0.0f;  /* 0: every row of the call was zero */
+        emit_codes(x + r * width, width, z, inverse, top, codes + r * width);
+    }
+    return base;
+}
+
+static void dequantize_rows_log8(const uint8_t *codes, Py_ssize_t n_rows, Py_ssize_t width, int bits,
+                                 const uint8_t *e, const int8_t *m, int base, float *out) {
+    const float top = (float)((1 << bits) - 1);
+    for (Py_ssize_t r = 0; r < n_rows; r++) {
+        float z, step;
+        log8_grid(e[r], m[r], base, top, &z, &step);
+        decode_row(codes + r * width, width, step, z, out + r * width);
     }
 }
 
-/* rows of `width` float32 in `rows_bytes`, or -1 with a ValueError set */
+/* rows of `width` float32 in `rows_bytes`, or -1 with a ValueError set; each row's grid takes `param_bytes`
+ * twice (a float16 scale and zero, or log8's e and m) */
 static Py_ssize_t row_count(Py_ssize_t rows_bytes, Py_ssize_t width, int bits, Py_ssize_t packed_len,
-                            Py_ssize_t scale_len, Py_ssize_t zero_len) {
+                            Py_ssize_t scale_len, Py_ssize_t zero_len, Py_ssize_t param_bytes) {
     Py_ssize_t n_rows = width > 0 ? rows_bytes / 4 / width : 0;
-    if (width <= 0 || bits < 2 || bits > 4 || rows_bytes % (4 * width) != 0 || scale_len != 2 * n_rows ||
-        zero_len != 2 * n_rows || packed_len != packed_size(n_rows * width, bits)) {
+    if (width <= 0 || bits < 2 || bits > 4 || rows_bytes % (4 * width) != 0 || scale_len != param_bytes * n_rows ||
+        zero_len != param_bytes * n_rows || packed_len != packed_size(n_rows * width, bits)) {
         PyErr_Format(PyExc_ValueError, "lbq: %zd bytes of float32 rows of %zd at %d bits do not match %zd packed "
                      "bytes and %zd / %zd bytes of scales / zeros", rows_bytes, width, bits, packed_len, scale_len,
                      zero_len);
@@ -165,51 +256,71 @@ static Py_ssize_t row_count(Py_ssize_t rows_bytes, Py_ssize_t width, int bits, P
     return n_rows;
 }
 
-/* one call of either direction: rows <-> (packed codes, scales, zeros) */
+/* one call of either direction: rows <-> (packed codes, each row's grid) */
 typedef struct {
-    int encode;
+    int encode, log8;
     Py_ssize_t n_rows, width, n_clip;
-    int bits, apply_clip;
+    int bits, apply_clip, base;     /* base: log8's, written when encoding */
     float *rows;                    /* read when encoding, written when decoding */
     const float *clip;
     uint8_t *packed;                /* written when encoding, read when decoding */
-    uint16_t *scale, *zero;         /* likewise */
+    void *scale, *zero;             /* likewise: float16 scales and zeros, or log8's e (uint8) and m (int8) */
 } Job;
 
 /* the job through a scratch of unpacked codes, the GIL released; NULL with an error set */
-static PyObject *run(const Job *job) {
+static PyObject *run(Job *job) {
     if (job->n_rows == 0) return Py_NewRef(Py_None);
     Py_ssize_t count = job->n_rows * job->width;
     uint8_t *codes = malloc((size_t)count);
-    if (codes == NULL) return PyErr_NoMemory();
+    int scratch = job->log8 && job->encode;
+    int *exps = scratch ? malloc(sizeof(int) * (size_t)job->n_rows) : NULL;
+    float *mids = scratch ? malloc(sizeof(float) * (size_t)job->n_rows) : NULL;
+    if (codes == NULL || (scratch && (exps == NULL || mids == NULL))) {
+        free(codes);
+        free(exps);
+        free(mids);
+        return PyErr_NoMemory();
+    }
     Py_BEGIN_ALLOW_THREADS
     if (job->encode) {
-        quantize_rows(job->rows, job->n_rows, job->width, job->bits, job->clip, job->n_clip, job->apply_clip, codes,
-                      job->scale, job->zero);
+        if (job->log8)
+            job->base = quantize_rows_log8(job->rows, job->n_rows, job->width, job->bits, job->clip, job->n_clip,
+                                           job->apply_clip, codes, job->scale, job->zero, exps, mids);
+        else
+            quantize_rows(job->rows, job->n_rows, job->width, job->bits, job->clip, job->n_clip, job->apply_clip,
+                          codes, job->scale, job->zero);
         convert_runs(codes, count, job->bits, job->packed, 1);
     } else {
         convert_runs(codes, count, job->bits, job->packed, 0);
-        dequantize_rows(codes, job->n_rows, job->width, job->scale, job->zero, job->rows);
+        if (job->log8)
+            dequantize_rows_log8(codes, job->n_rows, job->width, job->bits, job->scale, job->zero, job->base,
+                                 job->rows);
+        else
+            dequantize_rows(codes, job->n_rows, job->width, job->scale, job->zero, job->rows);
     }
     Py_END_ALLOW_THREADS
     free(codes);
+    free(exps);
+    free(mids);
     return Py_NewRef(Py_None);
 }
 
-static PyObject *quantize(PyObject *self, PyObject *args) {
+/* quantize / quantize_log8: the same arguments; log8's returns its base */
+static PyObject *encode_call(PyObject *args, int log8) {
     Py_buffer rows, clip, packed, scale, zero;
-    Job job = {.encode = 1};
+    Job job = {.encode = 1, .log8 = log8};
     if (!PyArg_ParseTuple(args, "y*niy*pw*w*w*", &rows, &job.width, &job.bits, &clip, &job.apply_clip, &packed,
                           &scale, &zero))
         return NULL;
     PyObject *result = NULL;
-    job.n_rows = row_count(rows.len, job.width, job.bits, packed.len, scale.len, zero.len);
+    job.n_rows = row_count(rows.len, job.width, job.bits, packed.len, scale.len, zero.len, log8 ? 1 : 2);
     job.n_clip = clip.len / 4;
     if (job.n_rows >= 0 && (clip.len % 4 != 0 || (job.n_clip != 1 && job.n_clip != job.n_rows))) {
         PyErr_Format(PyExc_ValueError, "lbq: %zd clip values for %zd rows", job.n_clip, job.n_rows);
     } else if (job.n_rows >= 0) {
         job.rows = rows.buf, job.clip = clip.buf, job.packed = packed.buf, job.scale = scale.buf, job.zero = zero.buf;
         result = run(&job);
+        if (result != NULL && log8) Py_SETREF(result, PyLong_FromLong(job.base));
     }
     PyBuffer_Release(&rows);
     PyBuffer_Release(&clip);
@@ -219,21 +330,36 @@ static PyObject *quantize(PyObject *self, PyObject *args) {
     return result;
 }
 
+static PyObject *quantize(PyObject *self, PyObject *args) { return encode_call(args, 0); }
+static PyObject *quantize_log8(PyObject *self, PyObject *args) { return encode_call(args, 1); }
+
+static PyObject *decode_call(Py_buffer *packed, Py_buffer *scale, Py_buffer *zero, Py_buffer *out, Job *job) {
+    PyObject *result = NULL;
+    job->n_rows = row_count(out->len, job->width, job->bits, packed->len, scale->len, zero->len, job->log8 ? 1 : 2);
+    if (job->n_rows >= 0) {
+        job->rows = out->buf, job->packed = packed->buf, job->scale = scale->buf, job->zero = zero->buf;
+        result = run(job);
+    }
+    PyBuffer_Release(packed);
+    PyBuffer_Release(scale);
+    PyBuffer_Release(zero);
+    PyBuffer_Release(out);
+    return result;
+}
+
 static PyObject *dequantize(PyObject *self, PyObject *args) {
     Py_buffer packed, scale, zero, out;
     Job job = {.encode = 0};
     if (!PyArg_ParseTuple(args, "y*niy*y*w*", &packed, &job.width, &job.bits, &scale, &zero, &out)) return NULL;
-    PyObject *result = NULL;
-    job.n_rows = row_count(out.len, job.width, job.bits, packed.len, scale.len, zero.len);
-    if (job.n_rows >= 0) {
-        job.rows = out.buf, job.packed = packed.buf, job.scale = scale.buf, job.zero = zero.buf;
-        result = run(&job);
-    }
-    PyBuffer_Release(&packed);
-    PyBuffer_Release(&scale);
-    PyBuffer_Release(&zero);
-    PyBuffer_Release(&out);
-    return result;
+    return decode_call(&packed, &scale, &zero, &out, &job);
+}
+
+static PyObject *dequantize_log8(PyObject *self, PyObject *args) {
+    Py_buffer packed, e, m, out;
+    Job job = {.encode = 0, .log8 = 1};
+    if (!PyArg_ParseTuple(args, "y*niy*y*iw*", &packed, &job.width, &job.bits, &e, &m, &job.base, &out))
+        return NULL;
+    return decode_call(&packed, &e, &m, &out, &job);
 }
 
 static PyMethodDef methods[] = {
@@ -242,6 +368,11 @@ static PyMethodDef methods[] = {
      "codes and float16 scales and zeros"},
     {"dequantize", dequantize, METH_VARARGS,
      "dequantize(packed, width, bits, scale, zero, out): packed codes back to float32 rows"},
+    {"quantize_log8", quantize_log8, METH_VARARGS,
+     "quantize_log8(rows, width, bits, clip, apply_clip, packed, e, m) -> base: float32 rows of `width` to packed "
+     "codes and each row's grid in two bytes (uint8 e, int8 m)"},
+    {"dequantize_log8", dequantize_log8, METH_VARARGS,
+     "dequantize_log8(packed, width, bits, e, m, base, out): packed codes back to float32 rows"},
     {NULL, NULL, 0, NULL},
 };
 

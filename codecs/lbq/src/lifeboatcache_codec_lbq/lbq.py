@@ -10,7 +10,9 @@ contiguous groups along its last axis, which is always valid, just not KIVI's gr
 Payload, per half of the block (K then V; a block without a ``kv`` axis is one half) and per
 run of its rows that share a bit width (one run, unless a subclass keeps some rows at more bits:
 oscar's precise layers): the packed codes (row-major over the groups), the float16 scales, the
-float16 zeros. Every length
+float16 zeros — or, where ``params["ranges"] == "log8"`` (oscar's blocks since 2026-12-07), each
+row's grid in two bytes (``groups.quantize_rows_log8``: the uint8 exponents, then the int8
+midpoints), the run's base in ``params["range_base"][half]``. Every length
 follows from the layout and ``params``, so the payload carries no header of its own. Blocks
 that cannot be quantized faithfully (no layout, not a float dtype, NaN/Inf, values beyond
 float16) are stored raw.
@@ -37,13 +39,21 @@ from lifeboatcache_codec_lbq.groups import (
     BITS,
     FP16_SAFE,
     dequantize_rows,
+    dequantize_rows_log8,
     levels,
     packed_size,
     quantize_rows,
+    quantize_rows_log8,
 )
 
 #: relative error added by float16 scale/zero rounding and by rounding back to bf16
 ROUNDING_SLACK = 2.0**-7
+#: each row's grid in two bytes (see ``groups.quantize_rows_log8``), not a float16 scale and zero
+LOG8 = "log8"
+
+
+def _log8(params: dict[str, Any]) -> bool:
+    return params.get("ranges") == LOG8
 
 
 class LbqConfig(PluginConfig):
@@ -116,10 +126,18 @@ class GroupQuantCodec(Codec):
             axis, group = self._grouping(half, layout, params)
             rows = kvarray.to_rows(part, axis, group)
             clip = self._clip(half, layout, params, rows.shape[0])
+            bases = []
             for first, end, bits in self._bit_runs(half, layout, params, rows.shape[0]):
-                packed, scale, zero = quantize_rows(rows[first:end], bits,
-                                                    clip if np.isscalar(clip) else clip[first:end])
-                pieces += [memoryview(packed), memoryview(scale.view(np.uint8)), memoryview(zero.view(np.uint8))]
+                run_clip = clip if np.isscalar(clip) else clip[first:end]
+                if _log8(params):
+                    packed, e, m, base = quantize_rows_log8(rows[first:end], bits, run_clip)
+                    pieces += [memoryview(packed), memoryview(e), memoryview(m.view(np.uint8))]
+                    bases.append(base)
+                else:
+                    packed, scale, zero = quantize_rows(rows[first:end], bits, run_clip)
+                    pieces += [memoryview(packed), memoryview(scale.view(np.uint8)), memoryview(zero.view(np.uint8))]
+            if _log8(params):
+                params.setdefault("range_base", {})[half] = bases
         return pieces, params
 
     def decode(self, payload: memoryview, params: dict[str, Any], layout: KVLayout | None,
@@ -140,7 +158,10 @@ class GroupQuantCodec(Codec):
             axis, group = self._grouping(half, layout, params)
             n_rows, width = kvarray.rows_shape(shape, axis, group)
             plan.append((half, index, axis, width, self._bit_runs(half, layout, params, n_rows)))
-        expected = sum(packed_size((end - first) * width, bits) + 4 * (end - first)
+        log8 = _log8(params)
+        grid_bytes = 1 if log8 else 2  # per row, twice: (e, m) or (scale, zero)
+        bases = _range_bases(params, [(half, len(runs)) for half, _, _, _, runs in plan]) if log8 else {}
+        expected = sum(packed_size((end - first) * width, bits) + 2 * grid_bytes * (end - first)
                        for _, _, _, width, runs in plan for first, end, bits in runs)
         if payload.nbytes != expected:
             raise CorruptBlockError(f"{self.name}: payload has {payload.nbytes} bytes, expected {expected}")
@@ -149,18 +170,33 @@ class GroupQuantCodec(Codec):
         offset = 0
         for half, index, axis, width, runs in plan:
             decoded = []
-            for first, end, bits in runs:
+            for i, (first, end, bits) in enumerate(runs):
                 n_rows = end - first
                 size = packed_size(n_rows * width, bits)
                 packed = data[offset: offset + size]
                 offset += size
-                scale = data[offset: offset + 2 * n_rows].view(np.float16)
-                zero = data[offset + 2 * n_rows: offset + 4 * n_rows].view(np.float16)
-                offset += 4 * n_rows
-                decoded.append(dequantize_rows(packed, bits, width, scale, zero))
+                grid = grid_bytes * n_rows
+                first_half, second_half = data[offset: offset + grid], data[offset + grid: offset + 2 * grid]
+                offset += 2 * grid
+                if log8:
+                    decoded.append(dequantize_rows_log8(packed, bits, width, first_half, second_half.view(np.int8),
+                                                        bases[half][i]))
+                else:
+                    decoded.append(dequantize_rows(packed, bits, width, first_half.view(np.float16),
+                                                   second_half.view(np.float16)))
             rows = decoded[0] if len(decoded) == 1 else np.concatenate(decoded)
             out[index] = self._inverse(half, kvarray.from_rows(rows, shape, axis), layout, params)
         kvarray.store(out, layout, dest)
+
+
+def _range_bases(params: dict[str, Any], runs: list[tuple[str, int]]) -> dict[str, list[int]]:
+    """``params["range_base"]``, checked: one int per run of each half."""
+    bases = params.get("range_base")
+    if (not isinstance(bases, dict) or set(bases) != {half for half, _ in runs}
+            or any(not isinstance(bases[half], list) or len(bases[half]) != count
+                   or not all(type(b) is int and abs(b) < 1 << 16 for b in bases[half]) for half, count in runs)):
+        raise CorruptBlockError(f"log8 range bases {bases!r} do not match the block's runs {runs}")
+    return bases
 
 
 class LbqCodec(GroupQuantCodec):

@@ -65,7 +65,7 @@ from threadpoolctl import ThreadpoolController
 
 from lifeboatcache_codec_lbq import kvarray
 from lifeboatcache_codec_lbq.groups import dequantize_rows, quantize_rows
-from lifeboatcache_codec_lbq.lbq import ROUNDING_SLACK, GroupQuantCodec
+from lifeboatcache_codec_lbq.lbq import LOG8, ROUNDING_SLACK, GroupQuantCodec
 
 log = logging.getLogger("lifeboatcache.codec.oscar")
 
@@ -168,6 +168,10 @@ class OscarConfig(PluginConfig):
     precise_bits: Literal[3, 4] = Field(
         3, description="bits per value of the precise layers (3: twice as many layers as 4 at one ratio, which "
                        "held up better on texts the layers were not chosen on)")
+    ranges: Literal["log8", "float16"] = Field(
+        "log8", description="each row's grid (64 values) in two bytes (log8: 7.1x plain, room for about 22 precise "
+                            "layers at 6x) or in a float16 scale and zero (6.4x plain; blocks written before "
+                            "2026-12-07)")
 
     @field_validator("precise_k", "precise_v")
     @classmethod
@@ -381,6 +385,8 @@ class OscarCodec(GroupQuantCodec):
         rotation_id = self._current_rotation(x, layout).id
         exact = sink_tokens(x, layout, self.options.exact_tokens)
         params = {"mode": self.mode, "bits": BITS, "rotation": rotation_id, "exact_tokens": exact}
+        if self.options.ranges == LOG8:
+            params["ranges"] = LOG8  # encode adds each run's base
         layers = _layer_count(layout)
         precise = {half: [n for n in getattr(self.options, f"precise_{half}") if n < layers] for half in ("k", "v")}
         if layers and (precise["k"] or precise["v"]):
@@ -393,7 +399,10 @@ class OscarCodec(GroupQuantCodec):
         precise = params.get("precise")
         if precise is not None:
             keys |= {"precise", "precise_bits"}
+        if "ranges" in params:
+            keys |= {"ranges", "range_base"}
         if (set(params) != keys or params["bits"] != BITS
+                or params.get("ranges", LOG8) != LOG8
                 or not isinstance(params["rotation"], str) or not isinstance(exact, list)
                 or not all(isinstance(t, int) and t >= 0 for t in exact) or len(set(exact)) != len(exact)
                 or (precise is not None and not _precise_understood(precise, params.get("precise_bits")))):
