@@ -186,12 +186,14 @@ static inline void log8_grid(uint8_t e, int8_t m, int base, float top, float *z,
     *step = (h + h) / top;
 }
 
-/* the smallest t with h(t) >= need (need > 0, finite) */
+/* the smallest t with h(t) >= need (need > 0, finite): need = mant * 2**(ex - 1) with 1 <= mant < 2, and the
+ * first table value >= mant (exact, no libm logarithm to round) */
 static int log8_exponent(float need) {
-    int t = (int)ceilf(16.0f * log2f(need));
-    while (log8_half(t) < need) t++;
-    while (log8_half(t - 1) >= need) t--;
-    return t;
+    int ex;
+    float mant = frexpf(need, &ex) * 2.0f;
+    int k = 0;
+    while (k < 16 && OCTAVE16[k] < mant) k++;
+    return 16 * (ex - 1) + k;
 }
 
 #define LOG8_FLOOR (-16 * 160)  /* h below 2**-160: a zero row (float32 values are >= 2**-149) */

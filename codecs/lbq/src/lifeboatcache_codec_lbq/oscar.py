@@ -14,8 +14,9 @@ What we had to choose, since a storage codec sees only the cache:
   Hadamard step after it then makes every rotated coordinate's variance equal on the sample.
   (Subtracting a calibrated per-channel mean first lowered the squared error slightly but
   raised SmolLM2's perplexity from 17.3 to 21.9, so we do not.)
-- Groups are one per (token, head) vector (64 values, float16 scale + zero: 6.4x on bf16), so
-  OSCAR's permuted bit-reversal ordering across several groups per head has nothing to do.
+- Groups are one per (token, head) vector (64 values, their grid in two bytes, ``ranges =
+  "log8"``: 7.1x on bf16; a float16 scale + zero, 6.4x, before 2026-12-07), so OSCAR's
+  permuted bit-reversal ordering across several groups per head has nothing to do.
 - The clip factor is chosen per (layer, K/V) from a grid by the smallest reconstruction error
   on the sample (OSCAR also calibrates clipping thresholds offline).
 - OSCAR keeps the first 64 and the last 256 tokens of a request in bf16 inside its attention
@@ -169,7 +170,7 @@ class OscarConfig(PluginConfig):
         3, description="bits per value of the precise layers (3: twice as many layers as 4 at one ratio, which "
                        "held up better on texts the layers were not chosen on)")
     ranges: Literal["log8", "float16"] = Field(
-        "log8", description="each row's grid (64 values) in two bytes (log8: 7.1x plain, room for about 22 precise "
+        "log8", description="each row's grid (64 values) in two bytes (log8: 7.1x plain, room for about 24 precise "
                             "layers at 6x) or in a float16 scale and zero (6.4x plain; blocks written before "
                             "2026-12-07)")
 
