@@ -141,7 +141,8 @@ def reference_quantize_log8(x: np.ndarray, bits: int, clip: float | np.ndarray
     base = int(t.max()) - 255
     e = np.maximum(t - base, 0).astype(np.uint8)
     h = log8_half(e.astype(np.int64) + base)
-    m = np.clip(np.rint(mid / (h / np.float32(32))), -127, 127).astype(np.int8)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m = np.where(h > 0, np.clip(np.rint(mid / (h / np.float32(32))), -127, 127), 0).astype(np.int8)
     zero, step = m.astype(np.float32) * (h / np.float32(32)) - h, (h + h) / top
     inverse = np.divide(np.float32(1), step, out=np.zeros_like(step), where=step > 0)
     codes = np.clip(np.rint((x - zero[:, None]) * inverse[:, None]), 0, top).astype(np.uint8)
@@ -195,3 +196,12 @@ def test_log8_buffers_that_do_not_match_are_refused() -> None:
     with pytest.raises(ValueError, match="do not match"):
         _groups.dequantize_log8(np.empty(8, np.uint8), 8, 2, np.empty(4, np.uint8), np.empty(3, np.int8), 0,
                                 np.empty((4, 8), np.float32))
+
+
+def test_log8_rows_of_zeros_decode_to_zeros() -> None:
+    """A call whose rows are all zero has no widest row to set base by: every grid is the empty
+    one below the smallest float32 (half-range 2**-160, which float32 holds as 0)."""
+    x = np.zeros((3, 8), dtype=np.float32)
+    packed, e, m, base = quantize_rows_log8(x, 2, 1.0)
+    assert base + 255 == -16 * 160 and not m.any() and not packed.any()
+    assert not dequantize_rows_log8(packed, 2, 8, e, m, base).any()

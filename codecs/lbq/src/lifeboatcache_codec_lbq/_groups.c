@@ -179,9 +179,8 @@ static const float OCTAVE16[16] = {
 static inline int floor_div16(int t) { return t >= 0 ? t / 16 : -((15 - t) / 16); }
 static inline float log8_half(int t) { return ldexpf(OCTAVE16[t - 16 * floor_div16(t)], floor_div16(t)); }
 
-/* the grid (zero, step) of stored (e, m): shared by the encoder and the decoder, operation for operation */
-static inline void log8_grid(uint8_t e, int8_t m, int base, float top, float *z, float *step) {
-    float h = log8_half((int)e + base);
+/* the grid (zero, step) of a row's half-range h and midpoint code m: shared by the encoder and the decoder */
+static inline void log8_grid(float h, int8_t m, float top, float *z, float *step) {
     *z = (float)m * (h / LOG8_MID_UNITS) - h;
     *step = (h + h) / top;
 }
@@ -198,37 +197,49 @@ static int log8_exponent(float need) {
 
 #define LOG8_FLOOR (-16 * 160)  /* h below 2**-160: a zero row (float32 values are >= 2**-149) */
 
-/* returns base; exps and mids: scratch of n_rows each (the rows' t and midpoints, so each row is read twice, not
- * three times) */
+/* one row at exponent t: its midpoint code and its codes */
+static inline int8_t log8_row(const float *row, Py_ssize_t width, float lo, float hi, int t, float top,
+                              uint8_t *codes) {
+    float h = log8_half(t);
+    float units = h > 0.0f ? rintf(((hi + lo) * 0.5f) / (h / LOG8_MID_UNITS)) : 0.0f;  /* h 0: rows of zeros */
+    units = units < (float)LOG8_MID_MAX ? units : (float)LOG8_MID_MAX;
+    units = units > (float)-LOG8_MID_MAX ? units : (float)-LOG8_MID_MAX;
+    int8_t m = (int8_t)units;
+    float z, step;
+    log8_grid(h, m, top, &z, &step);
+    float inverse = step > 0.0f ? 1.0f / step : 0.0f;  /* 0: every row of the call was zero */
+    emit_codes(row, width, z, inverse, top, codes);
+    return m;
+}
+
+/* returns base; exps: scratch of n_rows ints. A row's grid depends on its own t, not on base, but for rows more
+ * than 16 octaves narrower than the widest: so each row is coded as it is read (once, while in cache) and only
+ * those few are coded again at base once the widest is known. */
 static int quantize_rows_log8(const float *x, Py_ssize_t n_rows, Py_ssize_t width, int bits, const float *clip,
                               Py_ssize_t n_clip, int apply_clip, uint8_t *codes, uint8_t *e_out, int8_t *m_out,
-                              int *exps, float *mids) {
+                              int *exps) {
     const float top = (float)((1 << bits) - 1);
     int widest = LOG8_FLOOR;
     for (Py_ssize_t r = 0; r < n_rows; r++) {
+        const float *row = x + r * width;
         float lo, hi;
-        clipped_range(x + r * width, width, clip, n_clip, apply_clip, r, &lo, &hi);
+        clipped_range(row, width, clip, n_clip, apply_clip, r, &lo, &hi);
         float mid = (hi + lo) * 0.5f, half = (hi - lo) * 0.5f;
         float need = fabsf(mid) * (LOG8_MID_UNITS / (float)LOG8_MID_MAX);
         need = half > need ? half : need;
         exps[r] = need > 0.0f ? log8_exponent(need) : LOG8_FLOOR;
-        mids[r] = mid;
         widest = exps[r] > widest ? exps[r] : widest;
+        m_out[r] = log8_row(row, width, lo, hi, exps[r], top, codes + r * width);
     }
     int base = widest - 255;
     for (Py_ssize_t r = 0; r < n_rows; r++) {
-        uint8_t e = (uint8_t)(exps[r] > base ? exps[r] - base : 0);
-        float h = log8_half((int)e + base);
-        float units = rintf(mids[r] / (h / LOG8_MID_UNITS));
-        units = units < (float)LOG8_MID_MAX ? units : (float)LOG8_MID_MAX;
-        units = units > (float)-LOG8_MID_MAX ? units : (float)-LOG8_MID_MAX;
-        int8_t m = (int8_t)units;
-        float z, step;
-        log8_grid(e, m, base, top, &z, &step);
-        e_out[r] = e;
-        m_out[r] = m;
-        float inverse = step > 0.0f ? 1.0f / step : 0.0f;  /* 0: every row of the call was zero */
-        emit_codes(x + r * width, width, z, inverse, top, codes + r * width);
+        if (exps[r] < base) {
+            const float *row = x + r * width;
+            float lo, hi;
+            clipped_range(row, width, clip, n_clip, apply_clip, r, &lo, &hi);
+            m_out[r] = log8_row(row, width, lo, hi, base, top, codes + r * width);
+        }
+        e_out[r] = (uint8_t)(exps[r] > base ? exps[r] - base : 0);
     }
     return base;
 }
@@ -238,7 +249,7 @@ static void dequantize_rows_log8(const uint8_t *codes, Py_ssize_t n_rows, Py_ssi
     const float top = (float)((1 << bits) - 1);
     for (Py_ssize_t r = 0; r < n_rows; r++) {
         float z, step;
-        log8_grid(e[r], m[r], base, top, &z, &step);
+        log8_grid(log8_half((int)e[r] + base), m[r], top, &z, &step);
         decode_row(codes + r * width, width, step, z, out + r * width);
     }
 }
@@ -276,18 +287,16 @@ static PyObject *run(Job *job) {
     uint8_t *codes = malloc((size_t)count);
     int scratch = job->log8 && job->encode;
     int *exps = scratch ? malloc(sizeof(int) * (size_t)job->n_rows) : NULL;
-    float *mids = scratch ? malloc(sizeof(float) * (size_t)job->n_rows) : NULL;
-    if (codes == NULL || (scratch && (exps == NULL || mids == NULL))) {
+    if (codes == NULL || (scratch && exps == NULL)) {
         free(codes);
         free(exps);
-        free(mids);
         return PyErr_NoMemory();
     }
     Py_BEGIN_ALLOW_THREADS
     if (job->encode) {
         if (job->log8)
             job->base = quantize_rows_log8(job->rows, job->n_rows, job->width, job->bits, job->clip, job->n_clip,
-                                           job->apply_clip, codes, job->scale, job->zero, exps, mids);
+                                           job->apply_clip, codes, job->scale, job->zero, exps);
         else
             quantize_rows(job->rows, job->n_rows, job->width, job->bits, job->clip, job->n_clip, job->apply_clip,
                           codes, job->scale, job->zero);
@@ -303,7 +312,6 @@ static PyObject *run(Job *job) {
     Py_END_ALLOW_THREADS
     free(codes);
     free(exps);
-    free(mids);
     return Py_NewRef(Py_None);
 }
 
