@@ -33,6 +33,14 @@ def packed_size(count: int, bits: int) -> int:
     return -(-count // 8) * bits
 
 
+def _encode_buffers(x: np.ndarray, bits: int, clip: float | np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, bool, np.ndarray]:
+    """The kernel's inputs for rows ``x``: (float32 rows, clip factors, whether to clip, room for the packed codes)."""
+    rows = np.ascontiguousarray(x, dtype=np.float32)
+    clips = np.ascontiguousarray(np.asarray(clip, dtype=np.float32).reshape(-1))
+    return rows, clips, not bool(np.all(clips >= 1.0)), np.empty(packed_size(rows.size, bits), dtype=np.uint8)
+
+
 def quantize_rows(x: np.ndarray, bits: int, clip: float | np.ndarray = 1.0
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Quantize each row of ``x`` (float32, 2-D) to ``bits``; return (packed codes, scale, zero).
@@ -41,13 +49,10 @@ def quantize_rows(x: np.ndarray, bits: int, clip: float | np.ndarray = 1.0
     scalar, or one value per row): a 2-bit grid fitted to the extremes wastes its 4 levels on
     outliers. The float16 scale is rounded *up* so the row's maximum never overflows the grid.
     """
-    rows = np.ascontiguousarray(x, dtype=np.float32)
-    n_rows, width = rows.shape
-    clips = np.ascontiguousarray(np.asarray(clip, dtype=np.float32).reshape(-1))
-    packed = np.empty(packed_size(n_rows * width, bits), dtype=np.uint8)
-    scale = np.empty(n_rows, dtype=np.float16)
-    zero = np.empty(n_rows, dtype=np.float16)
-    _groups.quantize(rows, width, bits, clips, not bool(np.all(clips >= 1.0)), packed, scale, zero)
+    rows, clips, apply_clip, packed = _encode_buffers(x, bits, clip)
+    scale = np.empty(len(rows), dtype=np.float16)
+    zero = np.empty(len(rows), dtype=np.float16)
+    _groups.quantize(rows, rows.shape[1], bits, clips, apply_clip, packed, scale, zero)
     return packed, scale, zero
 
 
@@ -68,14 +73,11 @@ def quantize_rows_log8(x: np.ndarray, bits: int, clip: float | np.ndarray = 1.0
     octaves narrower get a wider grid than they need (their error stays below the widest row's).
     A row whose midpoint lies beyond 127/32 of its half-range is widened until it fits.
     """
-    rows = np.ascontiguousarray(x, dtype=np.float32)
-    n_rows, width = rows.shape
-    clips = np.ascontiguousarray(np.asarray(clip, dtype=np.float32).reshape(-1))
-    packed = np.empty(packed_size(n_rows * width, bits), dtype=np.uint8)
-    e = np.empty(n_rows, dtype=np.uint8)
-    m = np.empty(n_rows, dtype=np.int8)
-    base = _groups.quantize_log8(rows, width, bits, clips, not bool(np.all(clips >= 1.0)), packed, e, m)
-    return packed, e, m, int(base or 0)
+    rows, clips, apply_clip, packed = _encode_buffers(x, bits, clip)
+    e = np.empty(len(rows), dtype=np.uint8)
+    m = np.empty(len(rows), dtype=np.int8)
+    base = _groups.quantize_log8(rows, rows.shape[1], bits, clips, apply_clip, packed, e, m)
+    return packed, e, m, base
 
 
 def dequantize_rows_log8(packed: np.ndarray, bits: int, width: int, e: np.ndarray, m: np.ndarray,
