@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from typer.testing import CliRunner
@@ -107,12 +108,16 @@ def test_option_sets_each_run_with_its_own_options_beside_lru_and_belady(traces_
     assert rows[2]["hit_frac"] != rows[3]["hit_frac"]
 
 
-def test_bench_traces_json(traces_dir: Path) -> None:
-    result = CliRunner().invoke(app, ["bench", "traces", "--traces", str(traces_dir), "--limit", "3",
-                                      "--capacity-frac", "0.05", "--capacity-frac", "0.2", "--gpu-blocks", "64",
-                                      "--folds", "1", "--json"])
+def cli_json(*args: str) -> dict[str, Any]:
+    """Run the command line with ``args`` (and ``--json``); its exit status 0 and its JSON report."""
+    result = CliRunner().invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    return json.loads(result.output)  # type: ignore[no-any-return]
+
+
+def test_bench_traces_json(traces_dir: Path) -> None:
+    report = cli_json("bench", "traces", "--traces", str(traces_dir), "--limit", "3", "--capacity-frac", "0.05",
+                      "--capacity-frac", "0.2", "--gpu-blocks", "64", "--folds", "1")
     rows = report["results"]
     assert {r["policy"] for r in rows} == {"lru", "arc", "score", "epicache", "belady"}
     assert {r["capacity_frac"] for r in rows} == {0.05, 0.2}
@@ -123,12 +128,9 @@ def test_bench_traces_json(traces_dir: Path) -> None:
 
 
 def test_bench_traces_request_ends_replays_vllms_touch_at_each_responses_end(traces_dir: Path) -> None:
-    def lru(*flag: str) -> dict[str, object]:
-        result = CliRunner().invoke(app, ["bench", "traces", "--traces", str(traces_dir), "--limit", "3",
-                                          "--capacity-frac", "0.05", "--gpu-blocks", "64", "--folds", "1",
-                                          "--policy", "lru", "--json", *flag])
-        assert result.exit_code == 0, result.output
-        return json.loads(result.output)  # type: ignore[no-any-return]
+    def lru(*flag: str) -> dict[str, Any]:
+        return cli_json("bench", "traces", "--traces", str(traces_dir), "--limit", "3", "--capacity-frac", "0.05",
+                        "--gpu-blocks", "64", "--folds", "1", "--policy", "lru", *flag)
 
     with_ends, without = lru("--request-ends"), lru()
     assert with_ends["request_ends"] is True and without["request_ends"] is False
@@ -137,16 +139,13 @@ def test_bench_traces_request_ends_replays_vllms_touch_at_each_responses_end(tra
 
 
 def test_bench_traces_keep_prefixes_replays_the_tiers_guard(traces_dir: Path) -> None:
-    def lru(*flag: str) -> dict[str, object]:
-        result = CliRunner().invoke(app, ["bench", "traces", "--traces", str(traces_dir), "--limit", "3",
-                                          "--capacity-frac", "0.05", "--gpu-blocks", "64", "--folds", "1",
-                                          "--policy", "lru", "--policy", "belady", "--json", *flag])
-        assert result.exit_code == 0, result.output
-        return json.loads(result.output)  # type: ignore[no-any-return]
+    def lru(*flag: str) -> dict[str, Any]:
+        return cli_json("bench", "traces", "--traces", str(traces_dir), "--limit", "3", "--capacity-frac", "0.05",
+                        "--gpu-blocks", "64", "--folds", "1", "--policy", "lru", "--policy", "belady", *flag)
 
     guarded, plain = lru("--keep-prefixes"), lru()
     assert guarded["keep_prefixes"] is True and plain["keep_prefixes"] is False
-    hit = {name: next(r["hit_frac"] for r in report["results"] if r["policy"] == "lru")  # type: ignore[index]
+    hit = {name: next(r["hit_frac"] for r in report["results"] if r["policy"] == "lru")
            for name, report in (("guarded", guarded), ("plain", plain))}
     # the guard keeps sessions' heads that LRU would give up: more hits on these traces
     assert hit["guarded"] > hit["plain"]
@@ -174,11 +173,8 @@ def test_bench_traces_unknown_policy_names_the_choices(traces_dir: Path) -> None
 
 
 def test_advise_json(traces_dir: Path) -> None:
-    result = CliRunner().invoke(app, ["advise", "--traces", str(traces_dir), "--limit", "3", "--policy", "lru",
-                                      "--grid", "0.05", "--grid", "0.2", "--grid", "1.0", "--gpu-blocks", "64",
-                                      "--dram-gib", "1", "--json"])
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = cli_json("advise", "--traces", str(traces_dir), "--limit", "3", "--policy", "lru", "--grid", "0.05",
+                      "--grid", "0.2", "--grid", "1.0", "--gpu-blocks", "64", "--dram-gib", "1")
     rows = report["advice"]
     assert [r["target"] for r in rows] == [0.8, 0.9, 0.95]
     sizes = [r["capacity_blocks"] for r in rows]
@@ -190,12 +186,10 @@ def test_advise_json(traces_dir: Path) -> None:
 
 def test_advise_replays_the_tiers_keep_prefixes_guard_by_default(traces_dir: Path) -> None:
     """A tier config keeps prefixes unless told not to, so the advice sizes that tier."""
-    def curve(*flag: str) -> dict[str, object]:
-        result = CliRunner().invoke(app, ["advise", "--traces", str(traces_dir), "--limit", "3", "--policy", "lru",
-                                          "--grid", "0.05", "--gpu-blocks", "64", "--json", *flag])
-        assert result.exit_code == 0, result.output
-        return json.loads(result.output)  # type: ignore[no-any-return]
+    def curve(*flag: str) -> dict[str, Any]:
+        return cli_json("advise", "--traces", str(traces_dir), "--limit", "3", "--policy", "lru", "--grid", "0.05",
+                        "--gpu-blocks", "64", *flag)
 
     default, unguarded = curve(), curve("--no-keep-prefixes")
     assert default["keep_prefixes"] is True and unguarded["keep_prefixes"] is False
-    assert default["curves"]["lru"] != unguarded["curves"]["lru"]  # type: ignore[index]
+    assert default["curves"]["lru"] != unguarded["curves"]["lru"]
