@@ -310,7 +310,7 @@ def run_codec(codec: Codec, blocks: list[np.ndarray], repeats: int) -> CodecRun:
 
 
 def rank_oscar_layers(scorers: Sequence[KVScorer], block_tokens: int, rotation_dir: Path, precise_bits: int = 3,
-                      min_ratio: float = 6.0) -> dict[str, Any]:
+                      min_ratio: float = 6.0, four_bit: int = 0) -> dict[str, Any]:
     """Rank each (K/V, layer) by the perplexity oscar's 2 bits cost there; choose the costliest to keep precise.
 
     A unit's cost is the perplexity with oscar everywhere minus that with this one unit exact
@@ -318,8 +318,9 @@ def rank_oscar_layers(scorers: Sequence[KVScorer], block_tokens: int, rotation_d
     a few layers' keys carry most of the loss: the model reads them, not their statistics, so
     the codec (which sees only KV) cannot find them itself; this is the offline calibration
     with the model that OSCAR does with its queries. The choice is the longest prefix of the
-    ranking whose ratio, predicted from the plain one and ``precise_bits``, stays at least
-    ``min_ratio``; it is then measured (ratio, perplexity) on each calibration text. Each text is
+    ranking whose ratio, predicted from the plain one and the widths, stays at least
+    ``min_ratio``: its first ``four_bit`` units at 4 bits, the rest at ``precise_bits``; it is
+    then measured (ratio, perplexity) on each calibration text. Each text is
     encoded under a rotation calibrated on its own KV (a subdirectory of ``rotation_dir`` each),
     as ``bench codecs`` encodes it. Judge the choice on other texts (``bench codecs --text OTHER
     --oscar-options``): on its own texts it is in-sample.
@@ -343,12 +344,20 @@ def rank_oscar_layers(scorers: Sequence[KVScorer], block_tokens: int, rotation_d
     ranking = sorted(costs, key=lambda unit: -costs[unit])
     element_bits = 8 * scorers[0].exact.dtype.itemsize
     bits_plain = element_bits / min(ratio for ratio, _ in plains)
-    extra = (precise_bits - 2) / len(ranking)  # bits per value of the block, per precise unit
-    chosen = 0
-    while chosen < len(ranking) and element_bits / (bits_plain + (chosen + 1) * extra) >= min_ratio:
+    def added_bits(rank: int) -> float:  # bits per value of the block that the unit at ``rank`` adds
+        return ((4 if rank < four_bit else precise_bits) - 2) / len(ranking)
+
+    extra, chosen = 0.0, 0
+    while chosen < len(ranking) and element_bits / (bits_plain + extra + added_bits(chosen)) >= min_ratio:
+        extra += added_bits(chosen)
         chosen += 1
-    options = {"precise_k": sorted(n for h, n in ranking[:chosen] if h == "k"),
-               "precise_v": sorted(n for h, n in ranking[:chosen] if h == "v"), "precise_bits": precise_bits}
+    wide = ranking[:min(four_bit, chosen)]
+    rest = ranking[len(wide):chosen]
+    options: dict[str, Any] = {"precise_k": sorted(n for h, n in rest if h == "k"),
+                               "precise_v": sorted(n for h, n in rest if h == "v"), "precise_bits": precise_bits}
+    if wide:
+        options.update(four_bit_k=sorted(n for h, n in wide if h == "k"),
+                       four_bit_v=sorted(n for h, n in wide if h == "v"))
     measured = []
     for scorer, rotations, ppl_exact, (ratio, ppl_rel) in zip(scorers, rotation_dirs, exact, plains, strict=True):
         check = run_codec(make_codec("oscar", {"rotation_dir": rotations, **options}),
@@ -476,6 +485,10 @@ def register(app: typer.Typer) -> None:
                  "(default: --text) and print the precise layers that keep it at 6x or more (JSON)."),
         calibrate_on: list[Path] = typer.Option(
             [], "--calibrate-on", help="A calibration text for --rank-oscar-layers (repeat for several)."),
+        four_bit: int = typer.Option(
+            4, "--four-bit", min=0,
+            help="--rank-oscar-layers: the head of the ranking kept at 4 bits, the rest of the choice at 3 (4: the "
+                 "least KL on the six calibration texts of bench/results/oscar-2026-12-07-log8, against 0-12)."),
     ) -> None:
         """Compression, speed, K/V error and perplexity of every codec on real SmolLM2 KV."""
         try:
@@ -496,7 +509,7 @@ def register(app: typer.Typer) -> None:
             texts = calibrate_on or [source]
             scorers = [smollm2_scorer(path, context, score) for path in texts]
             with tempfile.TemporaryDirectory(prefix="lifeboat-oscar-") as rotation_dir:
-                ranked = rank_oscar_layers(scorers, block_tokens, Path(rotation_dir))
+                ranked = rank_oscar_layers(scorers, block_tokens, Path(rotation_dir), four_bit=four_bit)
             typer.echo(json.dumps({**ranked, "texts": [str(path) for path in texts]}, indent=1))
             return
         scorer = smollm2_scorer(source, context, score)

@@ -61,7 +61,7 @@ import xxhash
 from lifeboatcache_core.abc import KVLayout, PluginConfig
 from lifeboatcache_core.chunkfile import Buffer
 from lifeboatcache_core.errors import CorruptBlockError
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from threadpoolctl import ThreadpoolController
 
 from lifeboatcache_codec_lbq import kvarray
@@ -169,17 +169,31 @@ class OscarConfig(PluginConfig):
     precise_bits: Literal[3, 4] = Field(
         3, description="bits per value of the precise layers (3: twice as many layers as 4 at one ratio, which "
                        "held up better on texts the layers were not chosen on)")
+    four_bit_k: list[int] = Field(
+        default_factory=list,
+        description="layers whose keys are stored at 4 bits whatever precise_bits says: the head of a ranking, "
+                    "far costlier at 2 bits than the rest (SmolLM2: K17, K18); not also in precise_k")
+    four_bit_v: list[int] = Field(default_factory=list, description="the same for values; not also in precise_v")
     ranges: Literal["log8", "float16"] = Field(
         "log8", description="each row's grid (64 values) in two bytes (log8: 7.1x plain, room for about 24 precise "
                             "layers at 6x) or in a float16 scale and zero (6.4x plain; blocks written before "
                             "2026-12-07)")
 
-    @field_validator("precise_k", "precise_v")
+    @field_validator("precise_k", "precise_v", "four_bit_k", "four_bit_v")
     @classmethod
     def _layers(cls, layers: list[int]) -> list[int]:
         if any(layer < 0 for layer in layers) or len(set(layers)) != len(layers):
             raise ValueError(f"precise layers must be distinct layer indices >= 0, got {layers}")
         return sorted(layers)
+
+    @model_validator(mode="after")
+    def _one_width_a_layer(self) -> OscarConfig:
+        for half in ("k", "v"):
+            both = set(getattr(self, f"precise_{half}")) & set(getattr(self, f"four_bit_{half}"))
+            if both:
+                raise ValueError(f"layers {sorted(both)} are in both precise_{half} and four_bit_{half}: name each "
+                                 "layer once, at the width it is to have")
+        return self
 
 
 def hadamard(n: int) -> np.ndarray:
@@ -390,8 +404,11 @@ class OscarCodec(GroupQuantCodec):
             params["ranges"] = LOG8  # encode adds each run's base
         layers = _layer_count(layout)
         precise = {half: [n for n in getattr(self.options, f"precise_{half}") if n < layers] for half in ("k", "v")}
-        if layers and (precise["k"] or precise["v"]):
+        four_bit = {half: [n for n in getattr(self.options, f"four_bit_{half}") if n < layers] for half in ("k", "v")}
+        if layers and (precise["k"] or precise["v"] or four_bit["k"] or four_bit["v"]):
             params.update(precise=precise, precise_bits=self.options.precise_bits)
+            if four_bit["k"] or four_bit["v"]:
+                params["four_bit"] = four_bit
         return params
 
     def _check_params(self, params: dict[str, Any]) -> None:
@@ -400,27 +417,30 @@ class OscarCodec(GroupQuantCodec):
         precise = params.get("precise")
         if precise is not None:
             keys |= {"precise", "precise_bits"}
+            if "four_bit" in params:
+                keys.add("four_bit")
         if "ranges" in params:
             keys |= {"ranges", "range_base"}
         if (set(params) != keys or params["bits"] != BITS
                 or params.get("ranges", LOG8) != LOG8
                 or not isinstance(params["rotation"], str) or not isinstance(exact, list)
                 or not all(isinstance(t, int) and t >= 0 for t in exact) or len(set(exact)) != len(exact)
-                or (precise is not None and not _precise_understood(precise, params.get("precise_bits")))):
+                or (precise is not None and not _precise_understood(precise, params.get("precise_bits"),
+                                                                    params.get("four_bit")))):
             raise CorruptBlockError(f"{self.tag}: params not understood: {params!r}")
 
     def _bit_runs(self, half: str, layout: KVLayout, params: dict[str, Any], n_rows: int) -> list[tuple[int, int, int]]:
         """The precise layers' rows at ``precise_bits``, the others at 2 (rows are laid out layer-major)."""
-        precise = params.get("precise", {}).get(half)
+        widths = _precise_widths(half, params)
         layers = _layer_count(layout)
-        if not precise or not layers or n_rows % layers or max(precise) >= layers:
-            if precise:
-                raise CorruptBlockError(f"oscar: precise layers {precise} do not fit layout {layout}")
+        if not widths or not layers or n_rows % layers or max(widths) >= layers:
+            if widths:
+                raise CorruptBlockError(f"oscar: precise layers {sorted(widths)} do not fit layout {layout}")
             return [(0, n_rows, BITS)]
         per_layer = n_rows // layers
         runs: list[tuple[int, int, int]] = []
         for layer in range(layers):
-            bits = params["precise_bits"] if layer in precise else BITS
+            bits = widths.get(layer, BITS)
             if runs and runs[-1][2] == bits:
                 runs[-1] = (runs[-1][0], (layer + 1) * per_layer, bits)
             else:
@@ -497,7 +517,7 @@ class OscarCodec(GroupQuantCodec):
         per_layer = n_rows // len(clips)
         if "layer" not in kvarray.half_axes(layout) or kvarray.half_axes(layout)[0] != "layer":
             return float(np.max(clips))  # layer is not the outer axis: one factor for all rows
-        precise = params.get("precise", {}).get(half)
+        precise = list(_precise_widths(half, params))
         if precise:
             clips = clips.copy()
             clips[precise] = 1.0
@@ -512,11 +532,25 @@ def _layer_count(layout: KVLayout) -> int:
     return layout.shape[layout.axes.index("layer")]
 
 
-def _precise_understood(precise: Any, bits: Any) -> bool:
-    """``params["precise"]`` is {"k": [layers], "v": [layers]} of distinct sorted indices, at 3 or 4 bits."""
-    return (isinstance(precise, dict) and set(precise) == {"k", "v"} and bits in (3, 4)
+def _layer_lists(lists: Any) -> bool:
+    """{"k": [layers], "v": [layers]} of distinct sorted indices."""
+    return (isinstance(lists, dict) and set(lists) == {"k", "v"}
             and all(isinstance(layers, list) and all(isinstance(n, int) and n >= 0 for n in layers)
-                    and layers == sorted(set(layers)) for layers in precise.values()))
+                    and layers == sorted(set(layers)) for layers in lists.values()))
+
+
+def _precise_understood(precise: Any, bits: Any, four_bit: Any) -> bool:
+    """``params["precise"]`` at 3 or 4 bits, and ``params["four_bit"]`` (if any) at 4, no layer in both."""
+    return (bits in (3, 4) and _layer_lists(precise)
+            and (four_bit is None or (_layer_lists(four_bit)
+                                      and not any(set(precise[h]) & set(four_bit[h]) for h in ("k", "v")))))
+
+
+def _precise_widths(half: str, params: dict[str, Any]) -> dict[int, int]:
+    """Layer -> bits of the half's layers not at 2 bits (``_check_params`` has vetted the lists)."""
+    widths = {layer: params["precise_bits"] for layer in params.get("precise", {}).get(half, [])}
+    widths.update((layer, 4) for layer in params.get("four_bit", {}).get(half, []))
+    return widths
 
 
 def _write_atomic(path: Path, data: bytes, *, keep_existing: bool) -> None:
