@@ -127,6 +127,20 @@ def test_oscar_layers_are_ranked_by_the_perplexity_they_cost_and_the_costliest_k
     assert doc["codecs"]["oscar"]["options"] == options  # the record says what was run
 
 
+def test_the_head_of_the_ranking_is_kept_at_4_bits_and_the_rest_of_the_choice_at_3(
+        scorer: KVScorer, tmp_path: Path) -> None:
+    """--four-bit 1: the costliest unit at 4 bits, then as many at 3 as the ratio allows."""
+    ranked = rank_oscar_layers([scorer], block_tokens=32, rotation_dir=tmp_path, min_ratio=4.2, four_bit=1)
+    units = [row["unit"] for row in ranked["ranking"]]
+    options = ranked["codec_options"]
+    # head dim 16: 3 bits plain (5.3x); each unit is a quarter of the values: the 4-bit one adds 0.5
+    # bits (4.6x), a 3-bit one 0.25 (4.3x); a third would give 4.0x
+    wide = {f"k{n}" for n in options["four_bit_k"]} | {f"v{n}" for n in options["four_bit_v"]}
+    rest = {f"k{n}" for n in options["precise_k"]} | {f"v{n}" for n in options["precise_v"]}
+    assert wide == {units[0]} and rest == {units[1]} and options["precise_bits"] == 3
+    assert ranked["calibration"][0]["precise"]["ratio"] == pytest.approx(16 / 3.75, abs=0.05)
+
+
 def test_the_command_ranks_over_every_calibration_text_and_judges_options_on_another(
         scorer: KVScorer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`bench codecs --rank-oscar-layers --calibrate-on A --calibrate-on B` ranks over both texts;

@@ -300,6 +300,33 @@ def test_oscar_stores_each_rows_grid_in_two_bytes_and_still_reads_float16_grids(
             codec.decode(payload, bad, BLOCK, dest)
 
 
+def test_oscar_four_bit_layers_sit_at_4_bits_beside_the_3_bit_precise_ones(tmp_path: Path) -> None:
+    """four_bit_k keeps its layers at 4 bits whatever precise_bits says: 2 bits a value more than
+    plain for them, 1 more for the precise ones, the other layers as plain oscar stores them."""
+    layout = KVLayout("bfloat16", (2, 4, 256, 3, 64), AXES)
+    x = kv_like(layout.shape, seed=8, outlier_channels=2)
+    plain, plain_stored, _ = round_trip(OscarCodec(OscarConfig(rotation_dir=tmp_path)), x, layout)
+    three, _, _ = round_trip(OscarCodec(OscarConfig(rotation_dir=tmp_path, precise_k=[1, 2])), x, layout)
+    codec = OscarCodec(OscarConfig(rotation_dir=tmp_path, precise_k=[1], four_bit_k=[2]))
+    out, stored, params = round_trip(codec, x, layout)
+    assert params["precise"] == {"k": [1], "v": []} and params["four_bit"] == {"k": [2], "v": []}
+    assert stored - plain_stored == 256 * 3 * 64 * ((3 - 2) + (4 - 2)) // 8
+    assert np.array_equal(out[0, 1], three[0, 1])  # the 3-bit layer as a 3-bit layer
+    assert rel_err(x[0, 2], out[0, 2]) < 0.6 * rel_err(x[0, 2], three[0, 2])
+    others = [(0, 0), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)]
+    assert all(np.array_equal(out[h, n], plain[h, n]) for h, n in others)
+    with pytest.raises(ValueError, match="both precise_k and four_bit_k"):
+        OscarConfig(precise_k=[1, 2], four_bit_k=[2])
+    pieces, _ = codec.encode(memoryview(x.view(np.uint8).reshape(-1)), layout)
+    payload = memoryview(b"".join(bytes(p) for p in pieces))
+    dest = memoryview(np.empty_like(x).view(np.uint8).reshape(-1))
+    for bad in ({**params, "four_bit": {"k": [1], "v": []}},  # a layer at two widths
+                {**params, "four_bit": {"k": [2]}}, {**params, "four_bit": [2]},
+                {k: v for k, v in params.items() if k not in ("precise", "precise_bits")}):
+        with pytest.raises(CorruptBlockError):
+            codec.decode(payload, bad, layout, dest)
+
+
 def test_oscar_precise_layers_beyond_the_model_are_ignored_and_bad_ones_refused(tmp_path: Path) -> None:
     layout = KVLayout("bfloat16", (2, 2, 32, 3, 64), AXES)
     x = kv_like(layout.shape)
