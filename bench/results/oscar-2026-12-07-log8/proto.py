@@ -3,11 +3,13 @@
 python proto.py TEXT,TEXT,... [VARIANT,...]   prints per text and variant: ratio, ppl rise, KL
 
 The numpy model of the log8 grid that came before the C kernel (its figures match the codec's to the
-printed digit where both ran: c8-top24 here and `*-precise.json` beside it). Texts: the ten held-out
-texts of run.sh, copied to /tmp/texts (ARCHITECTURE.md and vllm-README.md from 02f35e5). proto-run1.out
-(05:00, ten texts) ranked precise units by oscar-2026-12-05-precise/r4/rank.json (RANK then read that
-file), proto-run2.out (05:42, four texts) by this folder's rank.json, and added clip factors calibrated
-for the 3-bit rows (c8-top24-clip3): KL better on two texts of four, worse on one; not pursued.
+printed digit where both ran: c8-top24 here and `*-precise.json` beside it). Held-out texts: the ten of
+run.sh, copied to /tmp/texts (ARCHITECTURE.md and vllm-README.md from 02f35e5); calibration texts: the
+six of run.sh's ranking in /tmp/calib. proto-run1.out (ten held-out texts) ranked precise units by
+oscar-2026-12-05-precise/r4/rank.json (RANK then read that file); the later runs by this folder's
+rank.json. proto-run2.out: clip factors calibrated for the 3-bit rows too (c8-top24-clip3). run3/run4:
+the first N units of the ranking at 4 bits, the rest of the 6x budget at 3 (fourN-topM), on four
+held-out texts; run5-calib: the same on the six calibration texts, where N = 4 was chosen.
 """
 import json
 import sys
@@ -49,6 +51,7 @@ def fake_rows(rows, bits, clip, coded, group):
 
 SINKS = []
 CLIP3 = {}
+FOUR = set()
 
 
 def calibrate_clip3(block, rot, coded=True, group=64):
@@ -79,7 +82,7 @@ def encode_decode(blocks, units_precise, bits_precise, coded, group, rot):
             dec = np.empty_like(r)
             for layer in range(r.shape[0]):
                 unit = f"{half}{layer}"
-                bits = bits_precise if unit in units_precise else 2
+                bits = (4 if unit in FOUR else bits_precise) if unit in units_precise else 2
                 clip = float(clips[layer]) if bits == 2 else float(CLIP3.get((half, layer), 1.0))
                 rows = r[layer].reshape(-1, r.shape[-1])
                 dec[layer] = fake_rows(rows, bits, clip, coded, group).reshape(r[layer].shape)
@@ -94,11 +97,17 @@ def encode_decode(blocks, units_precise, bits_precise, coded, group, rot):
 
 def ratio(n_units, units_precise, bits_precise, overhead_bits, group, tokens=256):
     sinks = sum(SINKS) / len(SINKS)
-    per_value = sum((bits_precise if u in units_precise else 2) + overhead_bits / group for u in n_units) / len(n_units)
+    per_value = sum(((4 if u in FOUR else bits_precise) if u in units_precise else 2) + overhead_bits / group
+                    for u in n_units) / len(n_units)
     return 16 / (per_value * (tokens - sinks) / tokens + 16 * sinks / tokens)
 
 
 VARIANTS = [
+    ("four2-top22", True, 64, 16, 22, 3),
+    ("four4-top20", True, 64, 16, 20, 3),
+    ("four6-top18", True, 64, 16, 18, 3),
+    ("four8-top16", True, 64, 16, 16, 3),
+    ("four12-top12", True, 64, 16, 12, 3),
     ("c8-top24", True, 64, 16, 24, 3),
     ("c8-top24-clip3", True, 64, 16, 24, 3),
     # name, coded, group, overhead bits per group, n precise, precise bits
@@ -124,6 +133,9 @@ if __name__ == "__main__":
             if wanted and name not in wanted:
                 continue
             precise = R4 if n < 0 else set(RANK[:n])
+            FOUR.clear()
+            if name.startswith("four"):
+                FOUR.update(RANK[:int(name[4:name.index("-")])])
             if name.endswith("clip3"):
                 calibrate_clip3(blocks[0], rot)
             else:

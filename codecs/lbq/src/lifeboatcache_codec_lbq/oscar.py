@@ -31,7 +31,9 @@ What we had to choose, since a storage codec sees only the cache:
 - OSCAR quantizes every layer at 2 bits. On SmolLM2 a few layers' keys cost most of the
   perplexity (K17 and K18 alone 0.67 of GPL-3's 1.56 points), and a store cannot see which:
   ``precise_k``/``precise_v`` name layers kept at ``precise_bits`` (rotated as the rest, not
-  clipped), chosen offline with the model (``lifeboatcache bench codecs --rank-oscar-layers``).
+  clipped), and ``four_bit_k``/``four_bit_v`` the few kept at 4 bits, chosen offline with the
+  model (``lifeboatcache bench codecs --rank-oscar-layers``: the head of its ranking at 4 bits,
+  as many more at 3 as keep 6x).
 
 The rotation (matrices and clip factors) is calibrated on the first block the codec
 encodes for a given KV shape — or explicitly with :meth:`OscarCodec.calibrate` — and stored
