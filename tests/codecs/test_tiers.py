@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from lifeboatcache_codec_lbq.lbq import LbqCodec
+from lifeboatcache_codec_lbq.oscar import OscarCodec
 from lifeboatcache_core.abc import KVLayout
 from lifeboatcache_core.cache import TieredCache
 from lifeboatcache_core.config import load_config_dict
@@ -78,6 +79,27 @@ def test_block_of_another_codec_version_is_a_miss(tmp_path: Path, monkeypatch: p
         out = [np.full_like(data[0], 7)]
         assert cache.get(keys(1), out) == [False]
         assert cache.stats()["nvme"]["incompatible_blocks"] == 1
+
+
+def test_an_older_version_the_codec_still_reads_is_decoded_by_the_tiers_own_codec(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """oscar@2 reads oscar@1's blocks (float16 grids): after an upgrade they are hits, decoded as
+    before by the tier's codec, whose rotation_dir (not a default one) holds their rotation."""
+    data = blocks(1)
+    rotations = str(tmp_path / "rotations")
+    monkeypatch.setattr(OscarCodec, "version", 1)  # the package before log8
+    with open_cache(tmp_path, "oscar", rotation_dir=rotations, ranges="float16") as cache:
+        assert cache.put(keys(1), data, layout=LAYOUT) == [True]
+        before = [np.empty_like(data[0])]
+        assert cache.get(keys(1), before) == [True]
+    monkeypatch.undo()
+    assert OscarCodec.version == 2 and 1 in OscarCodec.reads_versions
+    with open_cache(tmp_path, "oscar", rotation_dir=rotations) as cache:
+        out = [np.full_like(data[0], 7)]
+        assert cache.get(keys(1), out) == [True]
+        assert np.array_equal(out[0], before[0])
+        stats = cache.stats()["nvme"]
+        assert stats["incompatible_blocks"] == 0 and stats["corrupt_blocks"] == 0
 
 
 def test_damaged_quantized_payload_is_a_miss(tmp_path: Path) -> None:

@@ -385,7 +385,13 @@ class Codec(ABC):
     """
 
     name: ClassVar[str]
+    #: the format new blocks are written in, recorded as ``name@version``: a change an older
+    #: process cannot read needs a new one, so that such a process keeps the block as
+    #: incompatible (a miss) instead of setting it aside as corrupt
     version: ClassVar[int] = 1
+    #: older versions whose blocks ``decode`` still reads (their params say which format); a tier
+    #: decodes them with its own codec, configured as it is
+    reads_versions: ClassVar[tuple[int, ...]] = ()
     lossless: ClassVar[bool] = True
     #: stored bytes are the raw bytes: the tier then reads a block straight into the caller's buffer
     identity: ClassVar[bool] = False

@@ -1215,6 +1215,9 @@ class Tier:
         return self._free(backend) >= expected
 
     def _codec_for(self, tag: str) -> Codec:
+        """The codec that decodes blocks written as ``tag``: the tier's own for its name at any version
+        it reads (an older one configured as this tier is: oscar finds its rotations), else one of
+        that codec's default configuration."""
         codec = self._codecs.get(tag)
         if codec is not None:
             return codec
@@ -1223,9 +1226,9 @@ class Tier:
             cls = self.registry.load("codec", name)
         except LifeboatError as exc:
             raise IncompatibleBlockError(f"block written by codec {tag}, which is not available: {exc}") from exc
-        if str(cls.version) != version:
+        if version not in {str(v) for v in (cls.version, *cls.reads_versions)}:
             raise IncompatibleBlockError(f"block written by codec {tag}; installed is {name}@{cls.version}")
-        codec = cls()
+        codec = self.codec if type(self.codec) is cls else cls()
         self._codecs[tag] = codec
         return codec
 

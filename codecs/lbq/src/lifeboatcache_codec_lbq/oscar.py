@@ -279,7 +279,8 @@ class OscarCodec(GroupQuantCodec):
     """2-bit per-(token, head) groups after a calibrated rotation, with calibrated clipping."""
 
     name = "oscar"
-    version = 1
+    version = 2  # log8 grids and four-bit layers (2026-12-07): params an oscar@1 reader does not know
+    reads_versions = (1,)  # float16 grids, precise layers at one width: the same params, read as before
     mode = "oscar"
     config_model: ClassVar[type[PluginConfig]] = OscarConfig
 
