@@ -309,6 +309,11 @@ def run_codec(codec: Codec, blocks: list[np.ndarray], repeats: int) -> CodecRun:
                     *_speeds(raw_bytes, times, threaded=True)[2:])
 
 
+#: ``bench codecs --four-bit``'s default, the units at the head of oscar's layer ranking kept at 4 bits: the least
+#: mean KL over the six calibration texts of bench/results/oscar-2026-12-07-log8 (against 0, 2, 6, 8 and 12)
+FOUR_BIT_HEAD = 4
+
+
 def rank_oscar_layers(scorers: Sequence[KVScorer], block_tokens: int, rotation_dir: Path, precise_bits: int = 3,
                       min_ratio: float = 6.0, four_bit: int = 0) -> dict[str, Any]:
     """Rank each (K/V, layer) by the perplexity oscar's 2 bits cost there; choose the costliest to keep precise.
@@ -344,6 +349,7 @@ def rank_oscar_layers(scorers: Sequence[KVScorer], block_tokens: int, rotation_d
     ranking = sorted(costs, key=lambda unit: -costs[unit])
     element_bits = 8 * scorers[0].exact.dtype.itemsize
     bits_plain = element_bits / min(ratio for ratio, _ in plains)
+
     def added_bits(rank: int) -> float:  # bits per value of the block that the unit at ``rank`` adds
         return ((4 if rank < four_bit else precise_bits) - 2) / len(ranking)
 
@@ -486,9 +492,9 @@ def register(app: typer.Typer) -> None:
         calibrate_on: list[Path] = typer.Option(
             [], "--calibrate-on", help="A calibration text for --rank-oscar-layers (repeat for several)."),
         four_bit: int = typer.Option(
-            4, "--four-bit", min=0,
-            help="--rank-oscar-layers: the head of the ranking kept at 4 bits, the rest of the choice at 3 (4: the "
-                 "least KL on the six calibration texts of bench/results/oscar-2026-12-07-log8, against 0-12)."),
+            FOUR_BIT_HEAD, "--four-bit", min=0,
+            help="--rank-oscar-layers: the head of the ranking kept at 4 bits, the rest of the choice at 3 (the "
+                 "default had the least KL on the six calibration texts of bench/results/oscar-2026-12-07-log8)."),
     ) -> None:
         """Compression, speed, K/V error and perplexity of every codec on real SmolLM2 KV."""
         try:

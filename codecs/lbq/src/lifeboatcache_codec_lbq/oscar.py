@@ -433,7 +433,8 @@ class OscarCodec(GroupQuantCodec):
             raise CorruptBlockError(f"{self.tag}: params not understood: {params!r}")
 
     def _bit_runs(self, half: str, layout: KVLayout, params: dict[str, Any], n_rows: int) -> list[tuple[int, int, int]]:
-        """The precise layers' rows at ``precise_bits``, the others at 2 (rows are laid out layer-major)."""
+        """The precise layers' rows at ``precise_bits``, the four-bit layers' at 4, the others at 2 (rows are laid
+        out layer-major)."""
         widths = _precise_widths(half, params)
         layers = _layer_count(layout)
         if not widths or not layers or n_rows % layers or max(widths) >= layers:
