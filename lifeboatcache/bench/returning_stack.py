@@ -29,12 +29,12 @@ import os
 import platform
 import random
 import statistics
-import tempfile
 import time
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from lifeboatcache.bench import engine_workdir
 from lifeboatcache.bench.returning import SETTLE_S, engine_run
 
 MB = 1_000_000
@@ -103,33 +103,32 @@ def run_returning_stack(stack_path: Path, *, tokens: int = 7430, reps: int = 3, 
     from lifeboatcache.loopback import FaultProxy, MotoServer
     from lifeboatcache.models import smollm2_hf_dir
 
-    work = Path(workdir or tempfile.mkdtemp(prefix="lifeboat-bench-returning-stack-"))
-    work.mkdir(parents=True, exist_ok=True)
     raw = tomllib.loads(stack_path.read_text())
     load_before = os.getloadavg()
     started = time.perf_counter()
     creds = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
-    moto = MotoServer(work, env=creds)
-    proxy = FaultProxy(moto.port).start()
-    proxy.shape(latency_ms / 1000.0, mb_s * MB)
-    try:
-        bucket = f"returning-{os.getpid()}"
-        boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1", aws_access_key_id="bench",
-                     aws_secret_access_key="bench").create_bucket(Bucket=bucket)
-        s3 = {"url": f"s3://{bucket}/kv", "endpoint_url": f"http://127.0.0.1:{proxy.port}", "region": "us-east-1",
-              "access_key_id": "bench", "secret_access_key": "bench"}
-        config, file_tier, s3_tier = prepare_stack(raw, work, s3)
-        rng = random.Random(0)
-        prompts = [[rng.randrange(1000, 40000) for _ in range(tokens)] for _ in range(reps)]
-        steps, timed = plan_steps(prompts, file_tier, s3_tier, think_s)
-        base = {"model": str(smollm2_hf_dir()), "dtype": "bfloat16", "max_model_len": tokens + 64,
-                "block_size": 128, "kv_cache_bytes": 2 * 1024**3, "cpu_gb": 1.0}
-        result = engine_run({**base, "connector": "lifeboat", "lifeboat_config": config, "steps": steps},
-                         work / "engine.log")
-        s3_requests = proxy.requests
-    finally:
-        proxy.stop()
-        moto.stop()
+    with engine_workdir(workdir, "lifeboat-bench-returning-stack-") as work:
+        moto = MotoServer(work, env=creds)
+        proxy = FaultProxy(moto.port).start()
+        proxy.shape(latency_ms / 1000.0, mb_s * MB)
+        try:
+            bucket = f"returning-{os.getpid()}"
+            boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1", aws_access_key_id="bench",
+                         aws_secret_access_key="bench").create_bucket(Bucket=bucket)
+            s3 = {"url": f"s3://{bucket}/kv", "endpoint_url": f"http://127.0.0.1:{proxy.port}", "region": "us-east-1",
+                  "access_key_id": "bench", "secret_access_key": "bench"}
+            config, file_tier, s3_tier = prepare_stack(raw, work, s3)
+            rng = random.Random(0)
+            prompts = [[rng.randrange(1000, 40000) for _ in range(tokens)] for _ in range(reps)]
+            steps, timed = plan_steps(prompts, file_tier, s3_tier, think_s)
+            base = {"model": str(smollm2_hf_dir()), "dtype": "bfloat16", "max_model_len": tokens + 64,
+                    "block_size": 128, "kv_cache_bytes": 2 * 1024**3, "cpu_gb": 1.0}
+            result = engine_run({**base, "connector": "lifeboat", "lifeboat_config": config, "steps": steps},
+                             work / "engine.log")
+            s3_requests = proxy.requests
+        finally:
+            proxy.stop()
+            moto.stop()
     samples = {m: [result["steps"][i]["seconds"][0] for i in idx] for m, idx in timed.items()}
     cached = {m: [result["steps"][i]["cached"][0] for i in idx] for m, idx in timed.items()}
     ttft = {m: statistics.median(v) for m, v in samples.items()}
@@ -165,7 +164,7 @@ def run_returning_stack(stack_path: Path, *, tokens: int = 7430, reps: int = 3, 
                  "loadavg_before": [round(x, 2) for x in load_before],
                  "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
         "wall_s": time.perf_counter() - started,
-        "workdir": str(work),
+        "workdir": None if workdir is None else str(workdir),
     }
 
 

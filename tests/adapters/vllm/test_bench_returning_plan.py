@@ -7,13 +7,17 @@ vLLM's fs tier).
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from lifeboatcache_vllm.offline import kv_transfer_config
 from lifeboatcache_vllm.settings import EXTRA_KEY, resolve_config, vllm_settings
 from lifeboatcache_vllm.spec import chunk_blocks
 
+import lifeboatcache.models
+from lifeboatcache.bench import returning
 from lifeboatcache.bench.returning import CHUNK_TOKENS, engine_settings
 
 
@@ -43,3 +47,48 @@ def test_o_direct_reaches_our_tier_only_when_asked(tmp_path: Path) -> None:
 
     assert tier_options(True)["o_direct"] is True
     assert tier_options(False).get("o_direct", False) is False
+
+
+def _fake_engine(fail_on_call: int | None = None):  # type: ignore[no-untyped-def]
+    """An ``engine_run`` that writes its log and a tier file into the run's folder, as the engine would."""
+    calls = []
+
+    def run(plan: dict[str, object], log: Path) -> dict[str, object]:
+        calls.append(log.name)
+        log.write_text("engine log\n")
+        (log.parent / "lifeboat-tier").mkdir(exist_ok=True)
+        (log.parent / "lifeboat-tier" / "block").write_bytes(b"\0" * 4096)
+        if len(calls) == fail_on_call:
+            raise RuntimeError(f"engine run failed (exit 1); see {log}")
+        steps = plan["steps"]
+        assert isinstance(steps, list)
+        return {"steps": [{"seconds": [0.1 * (i + 1)], "cached": [i]} for i in range(len(steps))],
+                "lifeboat": {"nvme": {"bytes_written": 10, "raw_bytes_written": 10}}}
+    return run
+
+
+def test_a_run_without_workdir_removes_its_temporary_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run wrote about a gigabyte of tier files into a temporary folder it never removed."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(lifeboatcache.models, "smollm2_hf_dir", lambda: Path("model"))
+    monkeypatch.setattr(returning, "engine_run", _fake_engine())
+    result = returning.run_returning(tokens=600, reps=2)
+    assert result["ttft_tier_s"] > 0 and result["workdir"] is None
+    assert list(tmp_path.iterdir()) == []
+
+    kept = tmp_path / "kept"
+    result = returning.run_returning(tokens=600, reps=2, workdir=kept)
+    assert result["workdir"] == str(kept)
+    assert sorted(p.name for p in kept.iterdir()) == ["lifeboat-tier", "ours.log", "restart.log", "vllm_fs.log"]
+
+
+def test_a_failed_run_keeps_its_folder_and_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(lifeboatcache.models, "smollm2_hf_dir", lambda: Path("model"))
+    monkeypatch.setattr(returning, "engine_run", _fake_engine(fail_on_call=2))
+    with pytest.raises(RuntimeError, match=r"restart\.log"):
+        returning.run_returning(tokens=600, reps=2)
+    (work,) = tmp_path.iterdir()
+    assert (work / "restart.log").read_text() == "engine log\n"
+    assert f"kept {work}" in capsys.readouterr().err
