@@ -5,7 +5,9 @@ laid out as vLLM's CPU tier hands it over (layer, block, page), 256 tokens (5.9 
 (codec none and lossless) are written once and then loaded ``REPS`` times each, alternating, from
 a warm page cache into the same destination rows (8 I/O threads, as ``bench returning``).
 Prints the median wall and process CPU time of a load per codec. Usage:
-``python tierload.py [REPS]`` (the KV comes from ``bench codecs``' model and text).
+``python tierload.py [REPS] [--o-direct]`` (the KV comes from ``bench codecs``' model and text;
+``--o-direct``: both tiers with ``o_direct = true``, so every load reads the disk, not the page
+cache; added 2026-12-07).
 """
 import os
 import statistics as st
@@ -26,14 +28,14 @@ CHUNKS = 29  # bench returning's 7,430-token prompt in 256-token chunks
 LAYOUT = KVLayout("bfloat16", (30, 2, 49152), ("layer", "block", "page"))
 
 
-def open_cache(root: Path, codec: str) -> TieredCache:
+def open_cache(root: Path, codec: str, o_direct: bool) -> TieredCache:
     cfg = {"tiers": [{"name": "nvme", "backend": "file", "capacity_gb": 20, "path": str(root / "t"),
-                      "io_threads": 8, "codec": codec}],
+                      "io_threads": 8, "codec": codec, "o_direct": o_direct}],
            "fallback_local": {"path": str(root / "fb"), "capacity_gb": 1}}
     return TieredCache(load_config_dict(cfg), background_index=False)
 
 
-def main(reps: int) -> None:
+def main(reps: int, o_direct: bool = False) -> None:
     kv = smollm2_scorer(_default_text(), 2048, 16).exact.view(np.int16)  # (kv, layer, 2048 tokens, 3, 64)
     chunks = []
     for c in range(CHUNKS):
@@ -42,7 +44,7 @@ def main(reps: int) -> None:
         chunks.append(np.ascontiguousarray(page).view(np.uint8).reshape(-1))
     caches = {}
     for codec in ("none", "lossless"):
-        cache = open_cache(Path(tempfile.mkdtemp(prefix=f"tierload-{codec}-")), codec)
+        cache = open_cache(Path(tempfile.mkdtemp(prefix=f"tierload-{codec}-")), codec, o_direct)
         keys = [BlockKey("bench", os.urandom(32)) for _ in chunks]
         cache.wait(cache.submit_put(keys, [memoryview(c) for c in chunks], layout=LAYOUT))
         cache.drain()
@@ -68,4 +70,5 @@ def main(reps: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20)
+    args = [a for a in sys.argv[1:] if a != "--o-direct"]
+    main(int(args[0]) if args else 20, "--o-direct" in sys.argv[1:])
