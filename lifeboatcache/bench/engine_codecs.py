@@ -240,7 +240,8 @@ def register(app: typer.Typer) -> None:
                                                           "(default: /usr/share/common-licenses/*)."),
         merge: bool = typer.Option(False, help="Keep the other codecs' runs already in --out and compare with them "
                                                "(one codec per invocation, same sessions)."),
-        workdir: Path | None = typer.Option(None, help="Keep tiers and engine logs here (default: a temp dir)."),
+        workdir: Path | None = typer.Option(None, help="Keep tiers and engine logs here (default: a temp dir, "
+                                             "removed after a successful run)."),
         out: Path | None = typer.Option(None, help="Also write the JSON result to this file."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:

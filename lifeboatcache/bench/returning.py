@@ -183,7 +183,8 @@ def register(app: typer.Typer) -> None:
         o_direct: bool = typer.Option(False, "--o-direct", help="Our file tier's block I/O with O_DIRECT (o_direct = "
                                                               "true): no page-cache copy on a store, loads read "
                                                               "the disk."),
-        workdir: Path | None = typer.Option(None, help="Keep tiers and engine logs here (default: a temp dir)."),
+        workdir: Path | None = typer.Option(None, help="Keep tiers and engine logs here (default: a temp dir, "
+                                             "removed after a successful run)."),
         out: Path | None = typer.Option(None, help="Also write the JSON result to this file."),
         stack: Path | None = typer.Option(
             None, help="A stack ending in an S3 tier (e.g. bench/configs/staging-stack.toml): measure the session "
