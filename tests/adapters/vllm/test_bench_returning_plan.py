@@ -92,3 +92,26 @@ def test_a_failed_run_keeps_its_folder_and_names_it(tmp_path: Path, monkeypatch:
     (work,) = tmp_path.iterdir()
     assert (work / "restart.log").read_text() == "engine log\n"
     assert f"kept {work}" in capsys.readouterr().err
+
+
+def test_engine_codecs_removes_its_temporary_folder_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench engine-codecs`` shares the helper: its folder goes after a successful run, stays after a failed one."""
+    from lifeboatcache.bench import engine_codecs
+
+    def run_codec(codec: str, sessions: list[list[int]], prompt_tokens: int, gen_tokens: int, work: Path,
+                  cpu_gb: float, io_threads: int) -> dict[str, object]:
+        (work / f"{codec}.log").write_text("engine log\n")
+        if codec == "fp8":
+            raise RuntimeError(f"engine run failed; see {work / 'fp8.log'}")
+        return {"codec": codec, "tokens": [[1, 2, 3]] * len(sessions)}
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(engine_codecs, "text_sessions", lambda n, *_: [[7] * 80] * n)
+    monkeypatch.setattr(engine_codecs, "run_codec", run_codec)
+    result = engine_codecs.run_engine_codecs(["none", "lossless"], prompts=2, prompt_tokens=64)
+    assert [r["codec"] for r in result["runs"]] == ["none", "lossless"] and result["workdir"] is None
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError, match="engine run failed"):
+        engine_codecs.run_engine_codecs(["none", "fp8"], prompts=2, prompt_tokens=64)
+    (work,) = tmp_path.iterdir()
+    assert sorted(p.name for p in work.iterdir()) == ["fp8.log", "none.log"]
