@@ -1,4 +1,4 @@
-"""atheris (libFuzzer) over the block parsers: ``python atheris_block_parser.py -runs=N``.
+"""atheris (libFuzzer) over the block parsers: ``python atheris_block_parser.py [CORPUS_DIR] -runs=N``.
 
 Any exception other than ``CorruptBlockError`` (or ``OSError`` for a stream cut short), or an
 accepted payload that is not the block's own checksummed bytes, is a finding. (A payload that
@@ -6,11 +6,18 @@ differs from the seed's is not: libFuzzer's comparison tracing learns the digest
 computes and writes it into the trailer, building a new, self-consistent block. The content
 hash detects damage, not forgery; keyed integrity covers forgery.) Seeds are a valid block, so
 the fuzzer starts from the format and mutates its way through every check.
+
+libFuzzer adds what it finds to the first corpus directory; an empty one is seeded with the
+valid block. Without one, a temporary directory is made (named on stderr) and kept for the next
+run, as libFuzzer's corpora are: the test passes its own ``tmp_path`` so that runs of the suite
+leave nothing behind.
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
+from pathlib import Path
 
 import atheris
 import xxhash
@@ -58,13 +65,14 @@ def one_input(data: bytes) -> None:
 
 def main() -> None:
     corpus = [a for a in sys.argv[1:] if not a.startswith("-")]
-    if not corpus:
-        import tempfile
-        from pathlib import Path
-
-        seed_dir = Path(tempfile.mkdtemp(prefix="lifeboat-atheris-"))
-        (seed_dir / "valid-block").write_bytes(SEED)
-        sys.argv.append(str(seed_dir))
+    if corpus:
+        first = Path(corpus[0])
+    else:
+        first = Path(tempfile.mkdtemp(prefix="lifeboat-atheris-"))
+        print(f"corpus: {first}", file=sys.stderr)
+        sys.argv.append(str(first))
+    if not any(first.iterdir()):
+        (first / "valid-block").write_bytes(SEED)
     atheris.Setup(sys.argv, one_input)
     atheris.Fuzz()
 

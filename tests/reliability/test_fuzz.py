@@ -304,11 +304,17 @@ def test_dashboard_never_shows_integrity_keys(dashboard: Any) -> None:
 def test_atheris_block_parser_run(tmp_path: Path) -> None:
     """Coverage-guided fuzzing of the block parsers (bounded run; atheris is a test requirement)."""
     script = Path(__file__).with_name("atheris_block_parser.py")
-    proc = subprocess.run([sys.executable, str(script), "-runs=30000", "-max_len=4096", "-seed=1",
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    made_before = set(Path(tempfile.gettempdir()).glob("lifeboat-atheris-*"))
+    proc = subprocess.run([sys.executable, str(script), str(corpus), "-runs=30000", "-max_len=4096", "-seed=1",
                            f"-artifact_prefix={tmp_path}/"], capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parents[2])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Done 30000 runs" in proc.stderr
+    # seeded with the valid block, and the corpus is the test's own: each run of the suite left one in /tmp
+    assert (corpus / "valid-block").is_file()
+    assert set(Path(tempfile.gettempdir()).glob("lifeboat-atheris-*")) == made_before
 
 
 def test_fixed_header_layout_is_what_the_fuzzers_assume() -> None:
