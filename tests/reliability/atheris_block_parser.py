@@ -7,10 +7,10 @@ computes and writes it into the trailer, building a new, self-consistent block. 
 hash detects damage, not forgery; keyed integrity covers forgery.) Seeds are a valid block, so
 the fuzzer starts from the format and mutates its way through every check.
 
-libFuzzer adds what it finds to the first corpus directory; an empty one is seeded with the
-valid block. Without one, a temporary directory is made (named on stderr) and kept for the next
-run, as libFuzzer's corpora are: the test passes its own ``tmp_path`` so that runs of the suite
-leave nothing behind.
+libFuzzer adds what it finds to the first corpus directory (made if missing); an empty one is
+seeded with the valid block. Without one, a temporary directory is made and kept, named on
+stderr so that a later run can start from what this one found; the test passes one in its
+``tmp_path`` so that runs of the suite leave nothing behind.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ def main() -> None:
     corpus = [a for a in sys.argv[1:] if not a.startswith("-")]
     if corpus:
         first = Path(corpus[0])
+        first.mkdir(parents=True, exist_ok=True)
     else:
         first = Path(tempfile.mkdtemp(prefix="lifeboat-atheris-"))
         print(f"corpus: {first}", file=sys.stderr)
