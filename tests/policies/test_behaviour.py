@@ -129,6 +129,22 @@ def test_epicache_groups_a_prefix_chain_into_one_episode_and_drains_the_cold_one
     assert victims == [key(i) for i in range(7, -1, -1)]
 
 
+def test_epicache_evicts_an_episodes_deepest_block_first_whatever_order_its_blocks_came_in() -> None:
+    """Within an episode the deepest block goes first, the oldest first at one depth: also for a block
+    shallower than the episode's deepest (a depth it did not hold, or one whose blocks all left), a
+    block of unknown depth (counted as 0), and after the blocks between two depths were removed."""
+    epi = EpiCachePolicy(EpiCacheConfig(clock="operations", stale_first=False))
+    for i, depth in [(0, 0), (5, 5), (3, 3), (4, 3), (9, None), (7, 7)]:
+        epi.insert(key(i), 1, BlockHint("a", None, depth))
+    epi.remove(key(5))  # depth 5 now holds nothing, below the deepest
+    epi.insert(key(6), 1, BlockHint("a", None, 5))
+    assert epi.victims(None, 10) == [key(7), key(6), key(3), key(4), key(0), key(9)]
+    epi.remove(key(3))
+    epi.remove(key(4))  # depth 3 holds nothing: the deepest after 5 is 0
+    assert [evict(epi) for _ in range(4)] == [key(7), key(6), key(0), key(9)]
+    assert len(epi) == 0 and epi.victim(None) is None
+
+
 @pytest.mark.parametrize("predictor", ["returns", "rhythm"])
 def test_epicache_returning_session_keeps_its_prefix(predictor: str) -> None:
     epi = EpiCachePolicy(EpiCacheConfig(clock="operations", predictor=predictor))  # type: ignore[arg-type]
