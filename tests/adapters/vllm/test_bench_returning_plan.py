@@ -8,6 +8,7 @@ vLLM's fs tier).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -49,9 +50,12 @@ def test_o_direct_reaches_our_tier_only_when_asked(tmp_path: Path) -> None:
     assert tier_options(False).get("o_direct", False) is False
 
 
-def _fake_engine(fail_on_call: int | None = None):  # type: ignore[no-untyped-def]
+EngineRun = Callable[[dict[str, object], Path], dict[str, object]]
+
+
+def _fake_engine(fail_on_call: int | None = None) -> EngineRun:
     """An ``engine_run`` that writes its log and a tier file into the run's folder, as the engine would."""
-    calls = []
+    calls: list[str] = []
 
     def run(plan: dict[str, object], log: Path) -> dict[str, object]:
         calls.append(log.name)
@@ -67,10 +71,18 @@ def _fake_engine(fail_on_call: int | None = None):  # type: ignore[no-untyped-de
     return run
 
 
-def test_a_run_without_workdir_removes_its_temporary_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each run wrote about a gigabyte of tier files into a temporary folder it never removed."""
+@pytest.fixture
+def temp_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The benches' temporary folders made in ``tmp_path`` (returned), and no model looked up."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(lifeboatcache.models, "smollm2_hf_dir", lambda: Path("model"))
+    return tmp_path
+
+
+def test_a_run_without_workdir_removes_its_temporary_folder(temp_in_tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run wrote about a gigabyte of tier files into a temporary folder it never removed."""
+    tmp_path = temp_in_tmp_path
     monkeypatch.setattr(returning, "engine_run", _fake_engine())
     result = returning.run_returning(tokens=600, reps=2)
     assert result["ttft_tier_s"] > 0 and result["workdir"] is None
@@ -82,10 +94,9 @@ def test_a_run_without_workdir_removes_its_temporary_folder(tmp_path: Path, monk
     assert sorted(p.name for p in kept.iterdir()) == ["lifeboat-tier", "ours.log", "restart.log", "vllm_fs.log"]
 
 
-def test_a_failed_run_keeps_its_folder_and_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_a_failed_run_keeps_its_folder_and_names_it(temp_in_tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(lifeboatcache.models, "smollm2_hf_dir", lambda: Path("model"))
+    tmp_path = temp_in_tmp_path
     monkeypatch.setattr(returning, "engine_run", _fake_engine(fail_on_call=2))
     with pytest.raises(RuntimeError, match=r"restart\.log"):
         returning.run_returning(tokens=600, reps=2)
@@ -94,7 +105,8 @@ def test_a_failed_run_keeps_its_folder_and_names_it(tmp_path: Path, monkeypatch:
     assert f"kept {work}" in capsys.readouterr().err
 
 
-def test_engine_codecs_removes_its_temporary_folder_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_engine_codecs_removes_its_temporary_folder_too(temp_in_tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """``bench engine-codecs`` shares the helper: its folder goes after a successful run, stays after a failed one."""
     from lifeboatcache.bench import engine_codecs
 
@@ -105,7 +117,7 @@ def test_engine_codecs_removes_its_temporary_folder_too(tmp_path: Path, monkeypa
             raise RuntimeError(f"engine run failed; see {work / 'fp8.log'}")
         return {"codec": codec, "tokens": [[1, 2, 3]] * len(sessions)}
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    tmp_path = temp_in_tmp_path
     monkeypatch.setattr(engine_codecs, "text_sessions", lambda n, *_: [[7] * 80] * n)
     monkeypatch.setattr(engine_codecs, "run_codec", run_codec)
     result = engine_codecs.run_engine_codecs(["none", "lossless"], prompts=2, prompt_tokens=64)
