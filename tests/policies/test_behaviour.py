@@ -145,6 +145,20 @@ def test_epicache_evicts_an_episodes_deepest_block_first_whatever_order_its_bloc
     assert len(epi) == 0 and epi.victim(None) is None
 
 
+def test_epicache_a_session_that_keeps_its_head_and_tail_keeps_its_order_in_memory_of_its_blocks() -> None:
+    """A session whose middle went (a tier's other removals) lists depths in proportion to the blocks it holds
+    (white box: the memory bound), and still gives up its deepest first, also a middle depth stored again."""
+    epi = EpiCachePolicy(EpiCacheConfig(clock="operations", stale_first=False))
+    store_chain(epi, range(1000), tag="a")
+    for i in range(1, 999):
+        epi.remove(key(i))
+    assert epi.victims(None, 10) == [key(999), key(0)]
+    assert len(epi._episodes[("tag", "a")].depths) <= 2 * 2 + 16
+    epi.insert(key(5000), 1, BlockHint("a", None, 500))
+    epi.insert(key(5001), 1, BlockHint("a", None, 998))
+    assert [evict(epi) for _ in range(4)] == [key(999), key(5001), key(5000), key(0)]
+
+
 @pytest.mark.parametrize("predictor", ["returns", "rhythm"])
 def test_epicache_returning_session_keeps_its_prefix(predictor: str) -> None:
     epi = EpiCachePolicy(EpiCacheConfig(clock="operations", predictor=predictor))  # type: ignore[arg-type]

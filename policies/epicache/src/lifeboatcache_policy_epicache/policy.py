@@ -66,7 +66,7 @@ Cost. Per block (a tier's hot path: ``admit``, ``insert``, ``touch``, ``request_
 entry is the deepest held), so the victim is the first block of the deepest depth and a new
 block deeper than all its episode holds (a prefix chain's new tail) is an append; a depth the
 episode lacks below its deepest costs a bisect and a list insert (O(log d) compares and a memmove
-of up to d entries): 0.064 % of the stores in a replay of all 150 traces at 2 and 5 % (the heap
+of up to 2d + 16 entries): 0.064 % of the stores in a replay of all 150 traces at 2 and 5 % (the heap
 this replaced cost O(log b) per store and per victim, b the episode's blocks). ``stale_first``
 looks at each block once per use. Per visit (an episode's first operation after a pause, not
 per block) the rhythm's deadline goes on two episode heaps:
@@ -81,7 +81,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from bisect import insort
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from itertools import islice
@@ -143,8 +143,9 @@ class _Episode:
         self.deadline = 0.0  # cold after this clock
         self.warm_key = 0.0  # order among warm episodes (min goes first)
         self.blocks = 0
-        # its blocks by depth, each depth's in insertion order, and the depths listed, ascending
-        # (a depth's bucket may be empty below the deepest: it is dropped when it becomes the deepest)
+        # its blocks by depth, each depth's in insertion order (no empty bucket), and the depths,
+        # ascending; the last is always held, the others may have lost their bucket (compacted
+        # once they outnumber the held ones: the list stays proportional to the blocks held)
         self.by_depth: dict[int, dict[Hashable, None]] = {}
         self.depths: list[int] = []
         self.klass = 0  # returns: class of the previous gap (0: none yet)
@@ -271,8 +272,10 @@ class EpiCachePolicy(EvictionPolicy):
             depths = episode.depths
             if not depths or depth > depths[-1]:
                 depths.append(depth)  # deeper than all it holds: a prefix chain's new tail, O(1)
-            else:
-                insort(depths, depth)  # a depth it does not hold, shallower than its deepest
+            else:  # a depth it does not hold, shallower than its deepest (it may still be listed)
+                at = bisect_left(depths, depth)
+                if depths[at] != depth:
+                    depths.insert(at, depth)
         bucket[key] = None
 
     def touch(self, key: BlockKey) -> None:
@@ -335,10 +338,7 @@ class EpiCachePolicy(EvictionPolicy):
         if self._stale_first:
             episode.used.pop(key, None)
             self._left.pop(key, None)
-        by_depth, depths = episode.by_depth, episode.depths
-        del by_depth[max(found[1], 0)][key]
-        while depths and not by_depth[depths[-1]]:  # the deepest block is always in by_depth[depths[-1]]
-            del by_depth[depths.pop()]
+        self._unfile(key, max(found[1], 0), episode)
         episode.blocks -= 1
         if episode.blocks == 0:
             if episode.bucket is not None:
@@ -386,7 +386,7 @@ class EpiCachePolicy(EvictionPolicy):
                 listed.add(episode_id)
                 by_depth = episode.by_depth
                 for depth in reversed(episode.depths):
-                    for key in by_depth[depth]:
+                    for key in by_depth.get(depth, ()):
                         if key not in left:
                             out.append(key)  # type: ignore[arg-type]
                             if len(out) >= limit:
@@ -525,6 +525,25 @@ class EpiCachePolicy(EvictionPolicy):
                 episode.min_depth = depth
         if self._left:
             self._left.pop(key, None)
+
+    @staticmethod
+    def _unfile(key: Hashable, depth: int, episode: _Episode) -> None:
+        """Take ``key`` out of its episode's depth buckets (amortised O(1)).
+
+        An emptied bucket goes at once; its depth leaves the list when it is the deepest (so the
+        last listed depth is always held, the victim's) or when the listed depths outnumber the
+        held ones by 2x + 16 (one pass over the list, paid for by the removals that emptied them).
+        """
+        by_depth, depths = episode.by_depth, episode.depths
+        bucket = by_depth[depth]
+        del bucket[key]
+        if bucket:
+            return
+        del by_depth[depth]
+        while depths and depths[-1] not in by_depth:
+            depths.pop()
+        if len(depths) > 2 * len(by_depth) + 16:
+            episode.depths = [listed for listed in depths if listed in by_depth]
 
     def _left_behind(self, episode: _Episode) -> None:
         """stale_first: a new visit begins; the blocks the visit that ended did not use are left behind.
