@@ -66,7 +66,7 @@ Cost. Per block (a tier's hot path: ``admit``, ``insert``, ``touch``, ``request_
 entry is the deepest held), so the victim is the first block of the deepest depth and a new
 block deeper than all its episode holds (a prefix chain's new tail) is an append; a depth the
 episode lacks below its deepest costs a bisect and a list insert (O(log d) compares and a memmove
-of up to 2d + 16 entries): 0.064 % of the stores in a replay of all 150 traces at 2 and 5 % (the heap
+of up to 2d + 16 entries): 0.074 % of the stores in a replay of all 150 traces at 2 and 5 % (the heap
 this replaced cost O(log b) per store and per victim, b the episode's blocks). ``stale_first``
 looks at each block once per use. Per visit (an episode's first operation after a pause, not
 per block) the rhythm's deadline goes on two episode heaps:
@@ -338,7 +338,22 @@ class EpiCachePolicy(EvictionPolicy):
         if self._stale_first:
             episode.used.pop(key, None)
             self._left.pop(key, None)
-        self._unfile(key, max(found[1], 0), episode)
+        # out of its depth bucket; an emptied bucket goes at once, and its depth leaves the list when
+        # it is the deepest (the last listed depth is always held: the victim's) or when the listed
+        # depths outnumber the held ones by 2x + 16 (one pass, paid for by the removals that emptied
+        # them): amortised O(1)
+        by_depth, depth = episode.by_depth, max(found[1], 0)
+        bucket = by_depth[depth]
+        del bucket[key]
+        if not bucket:
+            del by_depth[depth]
+            depths = episode.depths
+            if depth == depths[-1]:  # the deepest (a victim): it and the unheld depths above the next held go
+                depths.pop()
+                while depths and depths[-1] not in by_depth:
+                    depths.pop()
+            elif len(depths) > 2 * len(by_depth) + 16:
+                episode.depths = [listed for listed in depths if listed in by_depth]
         episode.blocks -= 1
         if episode.blocks == 0:
             if episode.bucket is not None:
@@ -525,25 +540,6 @@ class EpiCachePolicy(EvictionPolicy):
                 episode.min_depth = depth
         if self._left:
             self._left.pop(key, None)
-
-    @staticmethod
-    def _unfile(key: Hashable, depth: int, episode: _Episode) -> None:
-        """Take ``key`` out of its episode's depth buckets (amortised O(1)).
-
-        An emptied bucket goes at once; its depth leaves the list when it is the deepest (so the
-        last listed depth is always held, the victim's) or when the listed depths outnumber the
-        held ones by 2x + 16 (one pass over the list, paid for by the removals that emptied them).
-        """
-        by_depth, depths = episode.by_depth, episode.depths
-        bucket = by_depth[depth]
-        del bucket[key]
-        if bucket:
-            return
-        del by_depth[depth]
-        while depths and depths[-1] not in by_depth:
-            depths.pop()
-        if len(depths) > 2 * len(by_depth) + 16:
-            episode.depths = [listed for listed in depths if listed in by_depth]
 
     def _left_behind(self, episode: _Episode) -> None:
         """stale_first: a new visit begins; the blocks the visit that ended did not use are left behind.
