@@ -15,8 +15,14 @@ import old_epicache  # noqa: E402
 from lifeboatcache_core.abc import BlockHint  # noqa: E402
 from lifeboatcache_policy_epicache.policy import EpiCachePolicy  # noqa: E402
 
+#: workloads: many short sessions that branch often; a few long ones losing blocks from their middle
+SHAPES = [
+    {"sessions": 12, "restart": 0.01, "branch": 0.2, "caps": [20, 50, 200, 2000], "removals": 0.05},
+    {"sessions": 3, "restart": 0.001, "branch": 0.02, "caps": [300, 1000], "removals": 0.15},
+]
 
-def run(seed: int, config: dict) -> int:
+
+def run(seed: int, config: dict, shape: dict) -> int:
     rng = random.Random(seed)
     t = [0.0]
     pols = [old_epicache.EpiCachePolicy(old_epicache.EpiCacheConfig(**config)),
@@ -25,17 +31,17 @@ def run(seed: int, config: dict) -> int:
         p.clock = lambda: t[0]
     held: set = set()
     chains: dict = {}  # session -> list of keys (its chain)
-    cap = rng.choice([20, 50, 200])
+    cap = rng.choice(shape["caps"])
     checks = 0
     for step in range(3000):
         t[0] += rng.expovariate(1.0) * rng.choice([0.01, 0.5, 5.0])
-        s = rng.randrange(12)
+        s = rng.randrange(shape["sessions"])
         chain = chains.setdefault(s, [])
         r = rng.random()
-        if r < 0.05:
+        if r < shape["restart"]:
             chain.clear()  # compaction: a new chain
-        if r < 0.6:
-            d = len(chain) if rng.random() < 0.8 else rng.randrange(len(chain) + 1)
+        if r < 0.6 - shape["removals"]:
+            d = len(chain) if rng.random() >= shape["branch"] else rng.randrange(len(chain) + 1)
             key = (s, step)
             parent = chain[d - 1] if d and d <= len(chain) else None
             hint = BlockHint(tag=str(s) if rng.random() < 0.5 else None, parent=parent,
@@ -58,26 +64,28 @@ def run(seed: int, config: dict) -> int:
             for p in pols:
                 p.insert(key, 1, hint)
             held.add(key)
-        elif r < 0.85:
-            for key in chain[: rng.randrange(len(chain) + 1)]:
+        elif r < 0.85 - shape["removals"]:
+            for key in chain[: rng.randrange(len(chain) + 1)]:  # a prompt's leading blocks
                 for p in pols:
                     p.touch(key)
-        elif r < 0.95:
+        elif r < 0.95 - shape["removals"]:
             if chain:
                 for p in pols:
                     p.request_done(chain[-1])
-        elif held:
-            key = rng.choice(sorted(held, key=repr))
-            for p in pols:
-                p.remove(key)
-            held.discard(key)
+        elif held:  # a tier's other removals (a discard, a staging move): some blocks of this session's chain
+            for key in rng.sample(chain, min(len(chain), rng.choice([1, 10]))):
+                if key in held:
+                    for p in pols:
+                        p.remove(key)
+                    held.discard(key)
     return checks
 
 
 total = 0
 for seed in range(int(sys.argv[2]) if len(sys.argv) > 2 else 0, int(sys.argv[1])):
     print(seed, flush=True)
-    for config in ({}, {"stale_first": False}, {"warm_order": "recent"}, {"predictor": "returns"},
-                   {"bypass": "off"}, {"visit_window": 0.0}):
-        total += run(seed, config)
+    for shape in SHAPES:
+        for config in ({}, {"stale_first": False}, {"warm_order": "recent"}, {"predictor": "returns"},
+                       {"bypass": "off"}, {"visit_window": 0.0}):
+            total += run(seed, config, shape)
 print("identical victims on", total, "checks")

@@ -1,19 +1,20 @@
 #!/bin/bash
-# Issue 17: EpiCache's per-episode heap (2143fbc) against its depth buckets (93aa3f6), side by side on this box:
+# Issue 17: EpiCache's per-episode heap (2143fbc) against its depth buckets (BUCKETS_REV), side by side on this box:
 # all 150 traces at once at 2 and 5 % of the working set, the heaviest replay (vLLM's request ends + the tier's
 # keep_prefixes guard), installed defaults, nothing else running. The two are interleaved (heap, buckets, heap,
 # buckets); each round swaps the policy module in the working tree (the package is installed editable) and puts
-# 93aa3f6's back at the end. CPU s per size is each result row's cpu_seconds.
-# Usage: run.sh OUT_DIR [ROUNDS]
+# BUCKETS_REV's back at the end. CPU s per size is each result row's cpu_seconds.
+# Usage: run.sh OUT_DIR [ROUNDS [BUCKETS_REV]]   (ab-93aa3f6/: run.sh ab-93aa3f6 2 93aa3f6)
 set -u
 D=$1
 ROUNDS=${2:-2}
+BUCKETS=${3:-b8a2b78}
 mkdir -p "$D"
 cd "$(dirname "$0")/../../.."
 MOD=policies/epicache/src/lifeboatcache_policy_epicache/policy.py
 log() { echo "$1 $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg) $2" >> "$D/runlog.txt"; }
 for round in $(seq 1 "$ROUNDS"); do
-  for variant in heap:2143fbc buckets:93aa3f6; do
+  for variant in heap:2143fbc "buckets:$BUCKETS"; do
     name=${variant%%:*} rev=${variant##*:}
     git show "$rev:$MOD" > "$MOD"
     log start "$name round $round ($rev)"
@@ -22,4 +23,4 @@ for round in $(seq 1 "$ROUNDS"); do
     log end "$name round $round rc=$?"
   done
 done
-git show "93aa3f6:$MOD" > "$MOD"
+git show "$BUCKETS:$MOD" > "$MOD"
