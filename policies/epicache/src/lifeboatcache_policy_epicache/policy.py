@@ -66,14 +66,15 @@ Cost. Per block (a tier's hot path: ``admit``, ``insert``, ``touch``, ``request_
 entry is the deepest held), so the victim is the first block of the deepest depth and a new
 block deeper than all its episode holds (a prefix chain's new tail) is an append; a depth the
 episode lacks below its deepest costs a bisect and a list insert (O(log d) compares and a memmove
-of up to 2d + 16 entries): 0.074 % of the stores in a replay of all 150 traces at 2 and 5 % (the heap
-this replaced cost O(log b) per store and per victim, b the episode's blocks). ``stale_first``
-looks at each block once per use. Per visit (an episode's first operation after a pause, not
-per block) the rhythm's deadline goes on two episode heaps:
-O(log E) in the episodes held; heaps use lazy deletion and are rebuilt when stale entries
-outnumber live ones. With the returns predictor, at most one 148-bucket scan after each visit
-or bin move, and a 148-entry score table rebuilt every 64 gaps. Memory stays proportional to
-the blocks tracked plus the ghost and bypass maps (bounded by the blocks tracked).
+of up to 2d + 16 entries): 0.074 % of the stores in a replay of all 150 traces at 2 and 5 %
+(the heap this replaced cost O(log b) per store and per victim, b the episode's blocks;
+bench/results 2026-12-07, EpiCache per block in O(1)). ``stale_first`` looks at each block
+once per use. Per visit (an episode's first operation after a pause, not per block) the
+rhythm's deadline goes on two episode heaps: O(log E) in the episodes held; heaps use lazy
+deletion and are rebuilt when stale entries outnumber live ones. With the returns predictor,
+at most one 148-bucket scan after each visit or bin move, and a 148-entry score table rebuilt
+every 64 gaps. Memory stays proportional to the blocks tracked plus the ghost and bypass maps
+(bounded by the blocks tracked).
 """
 
 from __future__ import annotations
@@ -381,7 +382,7 @@ class EpiCachePolicy(EvictionPolicy):
         depths deepest first, so this costs O(limit) plus O(log E) per episode entry passed
         (stale ones included).
         """
-        first = self.victim(incoming)  # also ages the episodes (returns predictor), as a victim choice does
+        first = self.victim(incoming)  # also drops stale tops of the episode heaps, as a victim choice does
         if first is None or self._returns:
             return [] if first is None else [first]
         now, episodes, left = self._now(), self._episodes, self._left
