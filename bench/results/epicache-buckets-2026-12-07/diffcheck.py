@@ -1,13 +1,16 @@
 """Drive 2143fbc's EpiCache (a heap per episode) and the installed one (depth buckets) with the same random
 operations and compare every victim and every victims() list. Usage (from the repository root):
 .venv/bin/python bench/results/epicache-buckets-2026-12-07/diffcheck.py SEEDS_END [SEEDS_START]"""
+import atexit
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 _old = Path(tempfile.mkdtemp()) / "old_epicache.py"
+atexit.register(shutil.rmtree, _old.parent)
 _old.write_text(subprocess.run(["git", "show", "2143fbc:policies/epicache/src/lifeboatcache_policy_epicache/policy.py"],
                                check=True, capture_output=True, text=True).stdout)
 sys.path.insert(0, str(_old.parent))

@@ -6,6 +6,8 @@ chain's new tail (99.94 % of the stores in the 150 traces), and ``touch`` a bloc
 interleaved in one process, three rounds; printed: ns per step, median of the rounds. Usage (repository root):
 .venv/bin/python bench/results/epicache-buckets-2026-12-07/per_block.py
 """
+import atexit
+import shutil
 import statistics
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import time
 from pathlib import Path
 
 _old = Path(tempfile.mkdtemp()) / "old_epicache.py"
+atexit.register(shutil.rmtree, _old.parent)
 _old.write_text(subprocess.run(["git", "show", "2143fbc:policies/epicache/src/lifeboatcache_policy_epicache/policy.py"],
                                check=True, capture_output=True, text=True).stdout)
 sys.path.insert(0, str(_old.parent))
