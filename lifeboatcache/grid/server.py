@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -87,6 +88,7 @@ class VllmServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
+        self.temp: Path | None = None  # the server's TMPDIR while it runs (private_temp_dir)
 
     def log_text(self) -> str:
         try:
@@ -108,8 +110,11 @@ class VllmServer:
         return None if self.process is None else self.process.poll()
 
     def start(self) -> VllmServer:
+        from lifeboatcache_vllm.launch import private_temp_dir
+
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.spec.env}
+        self.temp = private_temp_dir()
+        env = {**os.environ, **self.spec.env, "TMPDIR": str(self.temp)}
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(self.spec.command(self.port), stdout=log, stderr=subprocess.STDOUT,
                                             env=env, start_new_session=True)
@@ -130,8 +135,17 @@ class VllmServer:
     def stop(self, grace_s: float = 30.0, sig: signal.Signals = signal.SIGTERM) -> None:
         """Send ``sig`` to the server's process group (it has engine children), SIGKILL after ``grace_s``.
 
-        ``SIGKILL`` is a crash: nothing in the server gets to flush or close its tiers.
+        ``SIGKILL`` is a crash: nothing in the server gets to flush or close its tiers. The
+        server's temporary folder goes after it.
         """
+        try:
+            self._end(grace_s, sig)
+        finally:
+            if self.temp is not None:
+                shutil.rmtree(self.temp, ignore_errors=True)
+                self.temp = None
+
+    def _end(self, grace_s: float, sig: signal.Signals) -> None:
         if self.process is None or self.process.poll() is not None:
             return
         pgid = os.getpgid(self.process.pid)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -46,6 +48,19 @@ class ServeOptions:
     lifeboat_config: str | None = None  #: a TOML/YAML path for LIFEBOAT_CACHE_CONFIG
     kv_transfer_config: dict[str, Any] | None = None  #: an explicit --kv-transfer-config
     extra_args: list[str] = field(default_factory=list)
+
+
+def private_temp_dir() -> Path:
+    """A new temporary folder for one vLLM process tree, to be its ``TMPDIR``; whoever starts the
+    process removes the folder once the process is gone.
+
+    vLLM puts its ZMQ sockets and its executor's file-store rendezvous in the temporary folder
+    and a stopped server leaves them there: two ``vllm serve`` runs left 17 sockets and 2 files
+    in /tmp, a test suite 52 sockets and 5 files. The name is short: a socket's path must fit in
+    107 bytes (``/tmp/lbc-vllm-XXXXXXXX/`` and a 36-character UUID is 59). Our node metrics spool
+    stays shared between processes: it lives in /dev/shm (``lifeboatcache.dashboard.metrics_node``).
+    """
+    return Path(tempfile.mkdtemp(prefix="lbc-vllm-"))
 
 
 def vllm_command() -> list[str]:
@@ -95,11 +110,13 @@ class VllmServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
+        self.temp: Path | None = None  # the server's TMPDIR while it runs (private_temp_dir)
 
     def start(self, timeout: float = 600.0) -> VllmServer:
+        self.temp = private_temp_dir()
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(self.argv, env={**self.env, "TMPDIR": str(self.temp)}, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -128,16 +145,19 @@ class VllmServer:
             return json.loads(resp.read())
 
     def stop(self, timeout: float = 60.0) -> None:
-        """SIGTERM the server's process group (by the PID we started), then SIGKILL if needed."""
+        """SIGTERM the server's process group (by the PID we started), then SIGKILL if needed; its
+        temporary folder goes after it."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout)
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout)
+        if self.temp is not None:
+            shutil.rmtree(self.temp, ignore_errors=True)
+            self.temp = None
 
     def __enter__(self) -> VllmServer:
         return self.start()

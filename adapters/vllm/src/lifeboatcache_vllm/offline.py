@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -199,7 +201,16 @@ def main() -> None:
     plan = json.load(sys.stdin)
     for key, value in ENGINE_ENV.items():
         os.environ.setdefault(key, value)
-    result = run(plan)
+    # what vLLM and torch leave in the temporary folder goes in one of this run's own, removed
+    # below: the os._exit skips every clean-up at exit (launch.private_temp_dir says what they leave)
+    from lifeboatcache_vllm.launch import private_temp_dir
+
+    temp = private_temp_dir()
+    os.environ["TMPDIR"] = tempfile.tempdir = str(temp)
+    try:
+        result = run(plan)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     sys.stdout.flush()
     print("LIFEBOAT-RESULT " + json.dumps(result), flush=True)
     os._exit(0)  # vLLM's in-process engine may hold non-daemon threads at exit
