@@ -118,18 +118,25 @@ class VllmServer:
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(self.spec.command(self.port), stdout=log, stderr=subprocess.STDOUT,
                                             env=env, start_new_session=True)
+        try:
+            self._wait_ready(self.process)
+        except BaseException:
+            self.stop()  # what is left of it, and its temporary folder
+            raise
+        return self
+
+    def _wait_ready(self, process: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise self.failure(f"exited with status {self.process.returncode} while starting")
+            if process.poll() is not None:
+                raise self.failure(f"exited with status {process.returncode} while starting")
             try:
                 with urllib.request.urlopen(self.url + "/v1/models", timeout=2) as response:
                     if response.status == 200:
-                        return self
+                        return
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.5)
-        self.stop()
         raise self.failure(f"not ready after {self.start_timeout_s:.0f} s")
 
     def stop(self, grace_s: float = 30.0, sig: signal.Signals = signal.SIGTERM) -> None:

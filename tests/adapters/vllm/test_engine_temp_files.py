@@ -9,6 +9,7 @@ any clean-up. Each process tree now gets a temporary folder of its own, removed 
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +19,13 @@ from lifeboatcache_vllm.launch import ServeOptions
 from lifeboatcache_vllm.launch import VllmServer as ServeProcess
 
 from lifeboatcache.grid.configs import EngineSettings, server_spec
+from lifeboatcache.grid.server import ServerFailed, ServerSpec
 from lifeboatcache.grid.server import VllmServer as GridServer
 from lifeboatcache.models import smollm2_hf_dir
 from tests.adapters.vllm.engine import ENGINE, first_turns, run_engine
 
-pytestmark = pytest.mark.slow
+#: a server program that fails at once, as one that finds no GPU or a bad flag does
+EXITS = (sys.executable, "-c", "import sys; sys.exit(3)")
 
 
 @pytest.fixture
@@ -37,6 +40,7 @@ def temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(folder)
 
 
+@pytest.mark.slow
 def test_an_offline_engine_run_leaves_nothing_in_the_temporary_folder(temp: Path, tmp_path: Path) -> None:
     plan = {"model": str(smollm2_hf_dir()), **ENGINE, "connector": "none",
             "steps": [{"prompts": first_turns(1), "max_tokens": 1}]}
@@ -45,6 +49,7 @@ def test_an_offline_engine_run_leaves_nothing_in_the_temporary_folder(temp: Path
     assert sorted(p.name for p in temp.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_stopped_vllm_serve_leaves_nothing_in_the_temporary_folder(temp: Path, tmp_path: Path) -> None:
     options = ServeOptions(model=str(smollm2_hf_dir()), dtype=str(ENGINE["dtype"]),
                            max_model_len=int(ENGINE["max_model_len"]), block_size=int(ENGINE["block_size"]),
@@ -54,9 +59,24 @@ def test_a_stopped_vllm_serve_leaves_nothing_in_the_temporary_folder(temp: Path,
     assert sorted(p.name for p in temp.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_stopped_grid_server_leaves_nothing_in_the_temporary_folder(temp: Path, tmp_path: Path) -> None:
     settings = EngineSettings(model=str(smollm2_hf_dir()), served_name="smollm2", device="cpu",
                               max_model_len=512, block_size=32, device_kv_blocks=64)
     with GridServer(server_spec("vllm", settings, 0.0, tmp_path), tmp_path / "server.log") as server:
         assert server.exited() is None
+    assert sorted(p.name for p in temp.iterdir()) == []
+
+
+def test_a_vllm_serve_that_fails_to_start_leaves_nothing_in_the_temporary_folder(temp: Path, tmp_path: Path) -> None:
+    server = ServeProcess(ServeOptions(model="m"), tmp_path / "serve.log")
+    server.argv = list(EXITS)
+    with pytest.raises(RuntimeError, match="exited with 3"):
+        server.start()
+    assert sorted(p.name for p in temp.iterdir()) == []
+
+
+def test_a_grid_server_that_fails_to_start_leaves_nothing_in_the_temporary_folder(temp: Path, tmp_path: Path) -> None:
+    with pytest.raises(ServerFailed, match="exited with status 3"):
+        GridServer(ServerSpec("m", "m", program=EXITS), tmp_path / "server.log").start()
     assert sorted(p.name for p in temp.iterdir()) == []

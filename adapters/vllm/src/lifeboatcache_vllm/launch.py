@@ -117,19 +117,26 @@ class VllmServer:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.argv, env={**self.env, "TMPDIR": str(self.temp)}, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            self._wait_healthy(self.proc, timeout)
+        except BaseException:
+            self.stop()  # what is left of it, and its temporary folder
+            raise
+        return self
+
+    def _wait_healthy(self, proc: subprocess.Popen[bytes], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited with {self.proc.returncode}; log: {self.log_path}\n"
+            if proc.poll() is not None:
+                raise RuntimeError(f"vllm serve exited with {proc.returncode}; log: {self.log_path}\n"
                                    + self.log()[-4000:])
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
                     if resp.status == 200:
-                        return self
+                        return
             except OSError:
                 pass
             time.sleep(1.0)
-        self.stop()
         raise TimeoutError(f"vllm serve not healthy after {timeout:.0f}s; log: {self.log_path}")
 
     def log(self) -> str:
