@@ -126,7 +126,7 @@ def restart_and_return(settings: EngineSettings, tier_dir: Path, session: Sessio
     console.rule("[bold]restart: a fresh server process, same tier directory")
     spec = server_spec("lifeboatcache", settings, DRAM_GB, tier_dir)
     log = tier_dir.parent / "server-restart.log"
-    with VllmServer(spec, log, start_timeout_s=900) as server:
+    with VllmServer.for_spec(spec, log, start_timeout_s=900) as server:
         endpoint = Endpoint(server.url, settings.served_name)
         result = asyncio.run(replay([session], endpoint, ReplayOptions(agents=1, max_tokens=MAX_TOKENS,
                                                                        token_map=token_map)))

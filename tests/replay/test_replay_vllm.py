@@ -28,7 +28,7 @@ def test_real_server_equal_work_cache_hits_and_context_errors(tmp_path: Path) ->
     grow = lambda n: np.arange(1, n + 1, dtype=np.uint64)  # noqa: E731  (blocks 1..n: each turn extends the last)
     session = Session("s", (Turn(block_ids=grow(4)), Turn(block_ids=grow(6)),
                             Turn(block_ids=grow(MAX_MODEL_LEN // 32 + 2))))  # the last does not fit the context
-    with VllmServer(server_spec("vllm", settings, 0.0, tmp_path), tmp_path / "server.log") as server:
+    with VllmServer.for_spec(server_spec("vllm", settings, 0.0, tmp_path), tmp_path / "server.log") as server:
         result = asyncio.run(replay([session], Endpoint(server.url, "smollm2", timeout_s=300),
                                     ReplayOptions(agents=1, max_tokens=8, token_map=token_map)))
     first, second, too_long = result.records

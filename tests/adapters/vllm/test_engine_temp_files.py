@@ -16,11 +16,9 @@ from pathlib import Path
 
 import pytest
 from lifeboatcache_vllm.launch import ServeOptions
-from lifeboatcache_vllm.launch import VllmServer as ServeProcess
 
 from lifeboatcache.grid.configs import EngineSettings, server_spec
-from lifeboatcache.grid.server import ServerFailed, ServerSpec
-from lifeboatcache.grid.server import VllmServer as GridServer
+from lifeboatcache.grid.server import ServerFailed, ServerSpec, VllmServer
 from lifeboatcache.models import smollm2_hf_dir
 from tests.adapters.vllm.engine import ENGINE, first_turns, run_engine
 
@@ -54,7 +52,7 @@ def test_a_stopped_vllm_serve_leaves_nothing_in_the_temporary_folder(temp: Path,
     options = ServeOptions(model=str(smollm2_hf_dir()), dtype=str(ENGINE["dtype"]),
                            max_model_len=int(ENGINE["max_model_len"]), block_size=int(ENGINE["block_size"]),
                            kv_cache_bytes=int(ENGINE["kv_cache_bytes"]), lifeboat=False)
-    with ServeProcess(options, tmp_path / "serve.log") as server:
+    with VllmServer.for_options(options, tmp_path / "serve.log") as server:
         assert server.complete([1, 2, 3], max_tokens=1)["choices"]
     assert sorted(p.name for p in temp.iterdir()) == []
 
@@ -63,20 +61,20 @@ def test_a_stopped_vllm_serve_leaves_nothing_in_the_temporary_folder(temp: Path,
 def test_a_stopped_grid_server_leaves_nothing_in_the_temporary_folder(temp: Path, tmp_path: Path) -> None:
     settings = EngineSettings(model=str(smollm2_hf_dir()), served_name="smollm2", device="cpu",
                               max_model_len=512, block_size=32, device_kv_blocks=64)
-    with GridServer(server_spec("vllm", settings, 0.0, tmp_path), tmp_path / "server.log") as server:
+    with VllmServer.for_spec(server_spec("vllm", settings, 0.0, tmp_path), tmp_path / "server.log") as server:
         assert server.exited() is None
     assert sorted(p.name for p in temp.iterdir()) == []
 
 
 def test_a_vllm_serve_that_fails_to_start_leaves_nothing_in_the_temporary_folder(temp: Path, tmp_path: Path) -> None:
-    server = ServeProcess(ServeOptions(model="m"), tmp_path / "serve.log")
-    server.argv = list(EXITS)
-    with pytest.raises(RuntimeError, match="exited with 3"):
+    server = VllmServer.for_options(ServeOptions(model="m"), tmp_path / "serve.log")
+    server.command = list(EXITS)
+    with pytest.raises(ServerFailed, match="exited with status 3"):
         server.start()
     assert sorted(p.name for p in temp.iterdir()) == []
 
 
 def test_a_grid_server_that_fails_to_start_leaves_nothing_in_the_temporary_folder(temp: Path, tmp_path: Path) -> None:
     with pytest.raises(ServerFailed, match="exited with status 3"):
-        GridServer(ServerSpec("m", "m", program=EXITS), tmp_path / "server.log").start()
+        VllmServer.for_spec(ServerSpec("m", "m", program=EXITS), tmp_path / "server.log").start()
     assert sorted(p.name for p in temp.iterdir()) == []

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from lifeboatcache_vllm.autoenable import SPEC_MODULE, SPEC_NAME
-from lifeboatcache_vllm.launch import GIB, VllmServer, free_port
+from lifeboatcache_vllm.launch import GIB, free_port
 from prometheus_client.parser import text_string_to_metric_families
 
+from lifeboatcache.grid.server import VllmServer
 from tests.adapters.vllm.engine import (
     ANSWER_TOKENS,
     ENGINE,
@@ -71,7 +72,7 @@ def test_lifeboat_cache_env_enables_tier_in_vllm_serve(tmp_path: Path, monkeypat
     # only this server's samples: another engine on the box spools to the default node directory
     monkeypatch.setenv("LIFEBOAT_METRICS_DIR", str(tmp_path / "metrics"))
     prompt, *others = first_turns(SESSIONS, seed=7)
-    with VllmServer(serve_options(config), tmp_path / "serve.log") as server:
+    with VllmServer.for_options(serve_options(config), tmp_path / "serve.log") as server:
         computed = server.complete(prompt, ANSWER_TOKENS)
         before = our_counters(port)
         # the three later sessions push the first out of the engine's KV (1,536 tokens) and out
@@ -80,7 +81,7 @@ def test_lifeboat_cache_env_enables_tier_in_vllm_serve(tmp_path: Path, monkeypat
             assert server.complete(other, ANSWER_TOKENS)["choices"][0]["text"]
         returned = server.complete(prompt, ANSWER_TOKENS)
         after = our_counters(port)
-        log = server.log()
+        log = server.log_text()
     assert "lifeboatcache: enabled below vLLM's CPU tier" in log
     chunk_bytes = int(re.search(r"lifeboatcache tier ready: .* (\d+)-byte chunks", log)[1])  # type: ignore[index]
     # "auto" moves one engine block per chunk: the CPU tier must hold less than the other sessions store
@@ -102,10 +103,10 @@ def test_explicit_kv_transfer_config_wins(tmp_path: Path) -> None:
     explicit = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": {
         "spec_name": SPEC_NAME, "spec_module_path": SPEC_MODULE, "cpu_bytes_to_use": 64 * 1024**2,
         "secondary_tiers": [{"type": "fs", "root_dir": str(tmp_path / "vllm-fs")}]}}
-    with VllmServer(serve_options(config, kv_transfer_config=explicit), tmp_path / "serve.log") as server:
+    with VllmServer.for_options(serve_options(config, kv_transfer_config=explicit), tmp_path / "serve.log") as server:
         for prompt in first_turns(2, seed=9):
             assert server.complete(prompt, ANSWER_TOKENS)["choices"][0]["text"]
-        log = server.log()
+        log = server.log_text()
     assert "explicit --kv-transfer-config is set" in log
     assert "lifeboatcache: enabled" not in log
     assert not list(tier.rglob("*.lbk"))

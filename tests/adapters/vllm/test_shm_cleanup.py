@@ -14,14 +14,14 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lifeboatcache_vllm.launch import VllmServer
 
+from lifeboatcache.grid.server import VllmServer
 from tests.adapters.vllm.engine import first_turns, serve_options, write_serve_config
+from tests.process_groups import wait_group_gone
 
 pytestmark = pytest.mark.slow
 
@@ -29,31 +29,6 @@ CPU_GB = 0.25
 EXIT_TIMEOUT_S = 90.0
 ORPHANS_ENGINE = "sigkill"
 _REGION = re.compile(r"(/dev/shm/vllm_offload_\S+\.mmap)")
-
-
-def _group_members(pgid: int) -> list[int]:
-    """PIDs of the live (not zombie) processes in process group ``pgid``."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
-
-
-def _wait_group_gone(pgid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _group_members(pgid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
-    return True
 
 
 def _mapped(paths: set[str]) -> list[str]:
@@ -82,23 +57,23 @@ def _stop(proc: subprocess.Popen[bytes], how: str) -> None:
 @pytest.mark.parametrize("how", ["sigint", "sigterm", "sigkill", "sigkill-group"])
 def test_no_region_file_survives_the_server(tmp_path: Path, how: str) -> None:
     config = write_serve_config(tmp_path / "lifeboat.toml", tmp_path / "tier", cpu_gb=CPU_GB)
-    server = VllmServer(serve_options(config), tmp_path / "serve.log")
+    server = VllmServer.for_options(serve_options(config), tmp_path / "serve.log")
     server.start()
-    proc = server.proc
+    proc = server.process
     assert proc is not None
     try:
         assert server.complete(first_turns(1)[0], 2)["choices"][0]["text"]
-        regions = set(_REGION.findall(server.log()))
-        assert regions, "vLLM logged no offload region file:\n" + server.log()[-3000:]
+        regions = set(_REGION.findall(server.log_text()))
+        assert regions, "vLLM logged no offload region file:\n" + server.log_text()[-3000:]
         _stop(proc, how)
         # vLLM 0.32's EngineCore does not notice that its API server was SIGKILLed and runs on,
         # mapping the region, until it is killed too (below); its memory has no file to leak now.
-        exited = how == ORPHANS_ENGINE or _wait_group_gone(proc.pid, EXIT_TIMEOUT_S)
+        exited = how == ORPHANS_ENGINE or wait_group_gone(proc.pid, EXIT_TIMEOUT_S)
     finally:
         server.stop()  # a server still up after a failure above
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group we started
-        assert _wait_group_gone(proc.pid, EXIT_TIMEOUT_S)
-    assert not [p for p in regions if os.path.exists(p)], (how, regions, server.log()[-3000:])
+        assert wait_group_gone(proc.pid, EXIT_TIMEOUT_S)
+    assert not [p for p in regions if os.path.exists(p)], (how, regions, server.log_text()[-3000:])
     assert not _mapped(regions)  # no mapping left: the kernel has freed the memory
     assert exited, f"processes of the server outlived it after {how}"

@@ -1,22 +1,18 @@
-"""Build (and start) ``vllm serve`` with or without lifeboatcache: one place for tests, benches, demos.
+"""Build ``vllm serve`` with or without lifeboatcache: one place for tests, benches, demos.
 
-:func:`vllm_serve_command` returns the argv and environment; :class:`VllmServer` starts it on
-loopback, waits for ``/health`` and stops it by PID (the whole process group: vLLM forks an
-EngineCore process).
+:func:`vllm_serve_command` returns the argv and environment; the app's
+``lifeboatcache.grid.server.VllmServer.for_options`` starts it on loopback, waits until it serves
+and stops it by PID (the whole process group: vLLM forks an EngineCore process).
+:func:`private_temp_dir` is the temporary folder of each vLLM process tree we start.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -98,76 +94,3 @@ def vllm_serve_command(options: ServeOptions,
     if options.lifeboat_config:
         env["LIFEBOAT_CACHE_CONFIG"] = options.lifeboat_config
     return argv, env
-
-
-class VllmServer:
-    """A ``vllm serve`` process on loopback, started and stopped by this object."""
-
-    def __init__(self, options: ServeOptions, log_path: Path) -> None:
-        self.argv, self.env = vllm_serve_command(options)
-        self.port = int(self.argv[self.argv.index("--port") + 1])
-        self.model = options.model
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.temp: Path | None = None  # the server's TMPDIR while it runs (private_temp_dir)
-
-    def start(self, timeout: float = 600.0) -> VllmServer:
-        self.temp = private_temp_dir()
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.argv, env={**self.env, "TMPDIR": str(self.temp)}, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            self._wait_healthy(self.proc, timeout)
-        except BaseException:
-            self.stop()  # what is left of it, and its temporary folder
-            raise
-        return self
-
-    def _wait_healthy(self, proc: subprocess.Popen[bytes], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited with {proc.returncode}; log: {self.log_path}\n"
-                                   + self.log()[-4000:])
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(1.0)
-        raise TimeoutError(f"vllm serve not healthy after {timeout:.0f}s; log: {self.log_path}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def complete(self, prompt: list[int] | str, max_tokens: int = 8, timeout: float = 600.0) -> dict[str, Any]:
-        """One greedy ``/v1/completions`` request; returns the response JSON."""
-        body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
-                           "ignore_eos": True}).encode()
-        request = urllib.request.Request(self.url + "/v1/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            return json.loads(resp.read())
-
-    def stop(self, timeout: float = 60.0) -> None:
-        """SIGTERM the server's process group (by the PID we started), then SIGKILL if needed; its
-        temporary folder goes after it."""
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout)
-        if self.temp is not None:
-            shutil.rmtree(self.temp, ignore_errors=True)
-            self.temp = None
-
-    def __enter__(self) -> VllmServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
