@@ -11,7 +11,13 @@ from lifeboatcache.grid.configs import CONFIGS, EngineSettings, absolute_tier_pa
 from lifeboatcache.grid.console import wide_console
 from lifeboatcache.grid.driver import RESTART_SIGNALS, GridPlan, run_grid
 from lifeboatcache.grid.plots import write_plots
-from lifeboatcache.grid.setup import BUNDLED_TRACES, detect_device, resolve_model, sessions_per_agent_count
+from lifeboatcache.grid.setup import (
+    BUNDLED_TRACES,
+    detect_device,
+    detect_dtype,
+    resolve_model,
+    sessions_per_agent_count,
+)
 from lifeboatcache.grid.tables import (
     markdown_table,
     notes,
@@ -58,7 +64,9 @@ def register(app: typer.Typer) -> None:
         chunk_tokens: int = typer.Option(0, min=0, help="Tokens per offloaded chunk, the same for every column (a "
                                          "multiple of --block-size; 0: one engine block, vLLM's default and "
                                          "lifeboatcache's)."),
-        dtype: str = typer.Option("bfloat16", help="Model dtype."),
+        dtype: str = typer.Option("bfloat16", help="Model dtype; auto: bfloat16, or float32 on a CPU without "
+                                  "bfloat16 arithmetic (AVX512-BF16/AMX), where vLLM emulates it, several times "
+                                  "slower."),
         vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="Extra vLLM flag (repeat), e.g. --vllm-arg=--tp=2."),
         out: Path = typer.Option(Path("grid-results"), help="Results directory (JSON, Markdown, PNG, logs)."),
         timeout: float = typer.Option(600.0, help="Per-request timeout in seconds."),
@@ -111,9 +119,11 @@ def register(app: typer.Typer) -> None:
                                                            sessions_per_agent)
         if refused:
             console.print(f"skipped {len(refused)} session(s) longer than {max_model_len} tokens")
+        engine_device = detect_device() if device == "auto" else device
         settings = EngineSettings(
-            model=resolve_model(model), served_name="model", device=detect_device() if device == "auto" else device,
-            max_model_len=max_model_len, dtype=dtype, device_kv_blocks=device_kv_blocks or None,
+            model=resolve_model(model), served_name="model", device=engine_device,
+            max_model_len=max_model_len, dtype=detect_dtype(engine_device) if dtype == "auto" else dtype,
+            device_kv_blocks=device_kv_blocks or None,
             block_size=block_size or None, chunk_tokens=chunk_tokens or None, extra_args=tuple(vllm_arg),
             program=tuple(shlex.split(server_program)) or None)
         plan = GridPlan(columns, _floats(dram_gb), agent_counts, settings,

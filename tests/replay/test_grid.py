@@ -111,3 +111,24 @@ def test_demo_verdict_stands_against_each_baseline_on_ttft_and_throughput() -> N
                                                   "output_tokens_per_s": 8.0})
     assert "[yellow]NOT ahead[/] on mean TTFT (0.75x" in behind and "NOT ahead[/] on output tok/s (0.80x" in behind
     assert "UNEQUAL work" in behind
+
+
+#: the first lines of /proc/cpuinfo's flags on three CPUs (shortened to what matters and some neighbours)
+EPYC_ROME_FLAGS = "flags\t\t: fpu vme sse4_2 movbe popcnt aes xsave avx f16c rdrand fma avx2 bmi2 sha_ni clzero"
+SAPPHIRE_RAPIDS_FLAGS = "flags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8"
+COOPER_LAKE_FLAGS = "flags\t\t: fpu avx2 avx512f avx512bw avx512_vnni avx512_bf16"
+NEOVERSE_V1 = "processor\t: 0\nBogoMIPS\t: 2100.00\nFeatures\t: fp asimd evtstrm aes sha2 crc32 atomics bf16 i8mm"
+NEOVERSE_N1 = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics"
+
+
+def test_bfloat16_only_where_the_cpu_computes_it() -> None:
+    from lifeboatcache.grid.setup import cpu_computes_bfloat16, detect_dtype
+
+    assert not cpu_computes_bfloat16(f"processor\t: 0\n{EPYC_ROME_FLAGS}\nbugs\t\t: sysret_ss_attrs\n")
+    assert cpu_computes_bfloat16(SAPPHIRE_RAPIDS_FLAGS)
+    assert cpu_computes_bfloat16(COOPER_LAKE_FLAGS)
+    assert cpu_computes_bfloat16(NEOVERSE_V1)
+    assert not cpu_computes_bfloat16(NEOVERSE_N1)
+    assert cpu_computes_bfloat16("")  # nothing known: vLLM's own choice stands
+    assert detect_dtype("cuda") == "bfloat16"
+    assert detect_dtype("cpu") == ("bfloat16" if cpu_computes_bfloat16() else "float32")
