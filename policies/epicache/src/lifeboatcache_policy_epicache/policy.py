@@ -380,11 +380,13 @@ class EpiCachePolicy(EvictionPolicy):
         overdue episodes by deadline, then the rest by ``warm_order``, each deepest block first.
         The episode heaps are read in order without popping (``_in_order``) and each episode's
         depths deepest first, so this costs O(limit) plus O(log E) per episode entry passed
-        (stale ones included).
+        (stale ones included). A ``limit`` above the blocks held (a tier asks for 256 after a guard
+        veto) stops at the last block rather than walking the heaps' remaining entries.
         """
         first = self.victim(incoming)  # also drops stale tops of the episode heaps, as a victim choice does
         if first is None or self._returns:
             return [] if first is None else [first]
+        limit = min(limit, len(self._blocks))
         now, episodes, left = self._now(), self._episodes, self._left
         out: list[BlockKey] = list(islice(left, limit))  # type: ignore[arg-type]
         if len(out) >= limit:
