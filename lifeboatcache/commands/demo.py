@@ -21,5 +21,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(run_demo())
         from lifeboatcache.grid.console import wide_console
         from lifeboatcache.grid.demo import run_engine_demo
+        from lifeboatcache.grid.server import terminate_unwinds
 
-        raise typer.Exit(run_engine_demo(out, wide_console()))
+        with terminate_unwinds():  # ``kill`` stops the demo's servers as Ctrl-C does
+            status = run_engine_demo(out, wide_console())
+        raise typer.Exit(status)

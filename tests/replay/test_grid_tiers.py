@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,7 @@ from lifeboatcache.replay.report import cache_sources
 from lifeboatcache.replay.runner import SERVER_COUNTER_SPLITS, SERVER_COUNTERS, ReplayResult
 from lifeboatcache.replay.sessions import Session, Spawn, TokenMap, Turn
 from lifeboatcache.replay.synthetic import SyntheticSpec, generate_sessions
+from tests.process_groups import group_members, wait_group_gone
 
 from .conftest import FAKE_SERVER
 
@@ -252,6 +256,51 @@ def test_the_grid_exits_non_zero_and_names_the_root_cause(tmp_path: Path) -> Non
     cell = json.loads((tmp_path / "out" / "grid.json").read_text())["cells"][0]
     assert cell["root_cause"] == BLOCK_SIZE_CAUSE and "exited with status 1 while starting" in cell["error"]
     assert f"failed: {BLOCK_SIZE_CAUSE}" in (tmp_path / "out" / "grid.md").read_text()
+
+
+def _process_with(text: str, besides: int) -> int | None:
+    """The PID of a live process other than ``besides`` whose command line contains ``text``, else None."""
+    for entry in Path("/proc").iterdir():
+        try:
+            pid = int(entry.name) if entry.name.isdigit() else besides
+            if pid != besides and text.encode() in (entry / "cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_grid_that_is_killed_stops_its_server_and_removes_its_temp_folder(tmp_path: Path,
+                                                                             sig: signal.Signals) -> None:
+    """``kill`` or a closed terminal unwinds the grid as Ctrl-C does; by default Python died at once and
+    left the server (a process group of its own) serving, and its temporary folder on disk."""
+    log = tmp_path / "r.jsonl"  # unique to this test: finds the fake server among the box's processes
+    program = shlex.join([sys.executable, str(FAKE_SERVER), "--log", str(log), "--token-delay", "5"])
+    grid = subprocess.Popen([sys.executable, "-m", "lifeboatcache", "grid", "--model", "fake", "--synthetic",
+                             "--configs", "vllm", "--agents", "1", "--rounds", "2", "--max-tokens", "4",
+                             "--out", str(tmp_path / "out"), "--server-program", program],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    server = None
+    try:
+        deadline = time.monotonic() + 60
+        while server is None or not (tmp_path / "out").exists():  # the server runs, the replay began
+            assert time.monotonic() < deadline and grid.poll() is None, grid.stdout.read().decode()
+            time.sleep(0.2)
+            server = _process_with(str(log), besides=grid.pid)  # the grid's own names it too
+        environ = dict(item.split(b"=", 1) for item in Path(f"/proc/{server}/environ").read_bytes().split(b"\0")
+                       if b"=" in item)
+        temp = Path(environ[b"TMPDIR"].decode())
+        assert temp.is_dir()
+        time.sleep(2)  # a request in flight (each takes 20 s)
+        grid.send_signal(sig)
+        assert grid.wait(timeout=60) == 128 + sig, grid.stdout.read().decode()
+        assert wait_group_gone(server, timeout=30)
+        assert not temp.exists()
+    finally:
+        grid.kill()
+        if server is not None and group_members(server):
+            os.killpg(server, signal.SIGKILL)
 
 
 # -- --repeat: interleaved runs and medians --------------------------------------------------------------------------
