@@ -138,7 +138,7 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
                 if block in present:
                     done(block)  # type: ignore[arg-type]
                     if guard is not None:
-                        guard.used(block, at)  # type: ignore[arg-type]
+                        guard.used(block, at, request_done=True)  # type: ignore[arg-type]
         ended.clear()
         now[0] = current
 

@@ -13,6 +13,8 @@ from lifeboatcache_core.keys import BlockKey, Namespace
 from lifeboatcache_core.tier import Tier
 from prometheus_client import generate_latest
 
+from lifeboatcache_core import prefixes
+
 from .helpers import NS, blobs, file_tier, keys, open_cache
 
 DRAM = {"name": "dram", "backend": "dram", "capacity_gb": 0.01}
@@ -299,7 +301,7 @@ def test_uses_from_above_keep_their_time_for_the_prefix_guard(tmp_path: Path,
     """A tier below applies the reads DRAM served only when its policy next chooses a victim, but
     each at the time it was made: its prefix guard learns sessions' return gaps from them. All
     applied at that later time, a session back every 10 s taught gaps of 0 (each key's later
-    uses) and the guard's idle limit fell to its 5 s floor instead of 4 x 10 s."""
+    uses) and the guard's idle limit fell to its 5 s floor instead of GAP_FACTOR x 10 s."""
     from lifeboatcache_core.abc import BlockHint
 
     from lifeboatcache_core import tier as tier_module
@@ -318,7 +320,7 @@ def test_uses_from_above_keep_their_time_for_the_prefix_guard(tmp_path: Path,
             assert all(cache.get(ks, out)) and dram.stats.hits == hits + 4
         clock[0] = 1000.0
         below.resize(below.capacity)  # its policy chooses victims: the uses are applied now
-        assert below._prefixes.idle_limit_s == 40.0
+        assert below._prefixes.idle_limit_s == pytest.approx(prefixes.GAP_FACTOR * 10.0)
 
 
 def test_uses_from_above_reach_a_time_aware_policy_at_their_own_time(tmp_path: Path,

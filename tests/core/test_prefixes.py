@@ -46,10 +46,31 @@ def test_the_limit_follows_the_return_gaps_and_ignores_the_storing_requests_own_
     assert guard.idle_limit_s == prefixes.UNLEARNT_IDLE_S
     guard = PrefixGuard()
     now = _returns(guard, 10.0, prefixes.MIN_SAMPLES)
-    assert guard.idle_limit_s == pytest.approx(prefixes.GAP_FACTOR * 10.0)
+    limit = prefixes.GAP_FACTOR * 10.0
+    assert guard.idle_limit_s == pytest.approx(limit)
     block = keys(1, start=5)[0]
     guard.stored(block, 0, now)
-    assert guard.protects(block, 0, now + 39.0) and not guard.protects(block, 0, now + 41.0)
+    assert guard.protects(block, 0, now + limit - 1) and not guard.protects(block, 0, now + limit + 1)
+
+
+def test_with_request_ends_a_return_gap_runs_from_one_end_to_the_next() -> None:
+    """vLLM reads a block when its request is scheduled and reports the chain when it ends: a session
+    back every 10 s, its request queued 5 s and served 5 s, returns every 10 s, not every 5. Counted
+    from use to use, the limit was half as long, and a session whose next request waited in the
+    queue a little longer than usual lost its head as idle."""
+    guard = PrefixGuard()
+    blocks = keys(prefixes.MIN_SAMPLES, start=2000)
+    for key in blocks:
+        guard.stored(key, 0, 0.0)
+        guard.used(key, 0.0, request_done=True)  # the storing request ends
+    for visit in range(1, 3):
+        for key in blocks:
+            guard.used(key, 10.0 * visit - 5, request_done=False)  # read once the request is scheduled
+            guard.used(key, 10.0 * visit, request_done=True)
+    limit = prefixes.GAP_FACTOR * 10.0
+    assert guard.idle_limit_s == pytest.approx(limit)
+    assert guard.protects(blocks[0], 0, 20.0 + limit - 1)  # its next request queued a while longer
+    assert not guard.protects(blocks[0], 0, 20.0 + limit + 1)
 
 
 def test_a_configured_idle_limit_is_not_learnt_over() -> None:

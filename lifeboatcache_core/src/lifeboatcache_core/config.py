@@ -127,7 +127,7 @@ class TierConfig(BaseModel):
     #: Blocks without a depth (e.g. after a restart) are always evictable.
     keep_prefixes: bool = True
     #: the idle time after which a block is no longer protected; None learns it from the return
-    #: gaps the tier sees (four times their 90th percentile; 600 s until 32 were seen)
+    #: gaps the tier sees (1.5 times their 90th percentile; 600 s until 32 were seen)
     keep_prefixes_idle_s: float | None = Field(default=None, gt=0)
     #: predictive staging (lifeboatcache_core.staging): blocks of a session expected back soon (a
     #: ``TieredCache.stage`` hint, or the policy's estimate) are copied into this tier from the tiers

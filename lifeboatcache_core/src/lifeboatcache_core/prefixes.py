@@ -10,10 +10,19 @@ ever keeps what it stored first, like vLLM's ``fs`` tier on a full disk, serves 
 sessions that start later).
 
 How long is "longer than sessions take to come back" is learnt, not configured: every time a
-request uses a block again, the time since its previous use is one sample of the return gap;
-the idle limit is ``GAP_FACTOR`` times the 90th percentile of the recent samples. Until
+session comes back to a block, the time since its previous visit is one sample of the return
+gap; the idle limit is ``GAP_FACTOR`` times the 90th percentile of the recent samples. Until
 ``MIN_SAMPLES`` gaps have been seen (a fresh tier) the limit is ``UNLEARNT_IDLE_S``; a tier
 config's ``keep_prefixes_idle_s`` fixes it instead.
+
+A visit is measured between the same point of each: where the engine reports request ends
+(vLLM's tier), from one request's end to the next that used the block; else from use to use.
+One vLLM request uses a block up to three times (the lookup's touch, the read, the end), and
+counted as gaps those uses made a third of the samples milliseconds and another third the
+request's own duration: the limit came out near the think time, under the time a request waits
+in a loaded engine's queue, and a session whose next request sat queued for longer lost its head
+as idle (grid r34, float32 on 2 cores: 43 head blocks of live sessions at depth 0-30, 152 s
+unused against a 151 s limit, while every session came back every round).
 """
 
 from __future__ import annotations
@@ -28,9 +37,13 @@ if TYPE_CHECKING:
 UNLEARNT_IDLE_S = 600.0
 #: return gaps needed before the learnt limit replaces UNLEARNT_IDLE_S
 MIN_SAMPLES = 32
-#: the idle limit in 90th-percentile return gaps: a session idle four times longer than nine in
-#: ten returns took has most likely ended (agents' think times are long-tailed, hence not 1-2x)
-GAP_FACTOR = 4.0
+#: the idle limit in 90th-percentile return gaps: a session idle 1.5 times longer than nine in
+#: ten of its returns took has most likely ended. Chosen on held-out folds of the 150 traces with
+#: vLLM's request ends (bench/results/traces-2026-12-07-compute, gap_factor_folds.py): 1.5 picked
+#: on every fold, +1.3 to +4.0 % of prompt tokens from cache over 4x of gaps counted use to use
+#: (the guard before), ahead of every factor 1-4 counted so. A gap from end to end already holds
+#: the request's own time, which made the 4x of use-to-use gaps (think times only) too wide.
+GAP_FACTOR = 1.5
 #: the learnt limit never drops below this: uses closer together than a few seconds are one burst
 MIN_IDLE_S = 5.0
 #: recent return gaps kept (the limit follows the workload as it changes)
@@ -45,6 +58,9 @@ class PrefixGuard:
         self._depth: dict[BlockKey, int] = {}
         self._used_at: dict[BlockKey, float] = {}
         self._fresh: set[BlockKey] = set()  # stored, not used since: the next use is the storing request's
+        #: when a request that used the block last ended (engines that report request ends)
+        self._ended_at: dict[BlockKey, float] = {}
+        self._ends_reported = False  # once true, return gaps are sampled from request ends only
         self._gaps: deque[float] = deque(maxlen=WINDOW)
         self._new_gaps = 0
         self._learnt_idle_s: float | None = None
@@ -55,8 +71,10 @@ class PrefixGuard:
         self._used_at[key] = now
         self._fresh.add(key)
 
-    def used(self, key: BlockKey, now: float) -> None:
-        """A request used ``key`` (read here or hit above this tier); its return gap is sampled.
+    def used(self, key: BlockKey, now: float, *, request_done: bool = False) -> None:
+        """A request used ``key`` (read here or hit above this tier); ``request_done``: the request
+        ended. Every use restarts the block's idle time; a return gap is sampled from request end
+        to request end once the engine reports ends, else from use to use (module docstring).
 
         The first use after the store is the storing request itself (an engine reports a
         request's chain when it finishes, after its stores), not a return.
@@ -65,8 +83,16 @@ class PrefixGuard:
         if last is None:
             return
         self._used_at[key] = now
+        if request_done:
+            self._ends_reported = True
+            last = self._ended_at.get(key)
+            self._ended_at[key] = now
+        elif self._ends_reported:
+            last = None  # a use inside a visit: the visit's end samples the gap
         if key in self._fresh:
             self._fresh.discard(key)
+            return
+        if last is None:
             return
         self._gaps.append(now - last)
         self._new_gaps += 1
@@ -78,6 +104,7 @@ class PrefixGuard:
     def forget(self, key: BlockKey) -> None:
         if self._depth.pop(key, None) is not None:
             self._used_at.pop(key, None)
+            self._ended_at.pop(key, None)
             self._fresh.discard(key)
 
     @property

@@ -445,7 +445,7 @@ class Tier:
         for key in keys:
             if key in index:
                 use(key)
-                prefixes.used(key, at)
+                prefixes.used(key, at, request_done=request_done)
 
     def expect(self, keys: Sequence[BlockKey]) -> None:
         """A stager expects the stored ones of ``keys`` to be read soon (``EvictionPolicy.expect``).

@@ -419,8 +419,8 @@ class EpiCachePolicy(EvictionPolicy):
         past its deadline): no head in use, whatever a tier's ``keep_prefixes`` would say of its
         depth and last use.
 
-        The guard's idle limit is one for all sessions (4x the 90th percentile of return gaps);
-        the episode's deadline is its own rhythm's. Without this the guard vetoed the cold
+        The guard's idle limit is one for all sessions (``prefixes.GAP_FACTOR`` times the 90th
+        percentile of return gaps); the episode's deadline is its own rhythm's. Without this the guard vetoed the cold
         episodes EpiCache gives up first and declined the new block instead: all 150 traces at
         once without request ends, 2 % of the working set, EpiCache in a guarded tier hit 0.542
         of prompt tokens, 0.561 unguarded, 0.567 with the guard deferring to cold episodes
