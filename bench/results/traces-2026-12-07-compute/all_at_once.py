@@ -22,8 +22,7 @@ from lifeboatcache.sim.workload import load_workload
 from lifeboatcache_core import prefixes
 
 sys.path.insert(0, os.path.dirname(__file__))
-from guard_modes import row
-from return_gaps import EveryUseGuard
+from common import EveryUseGuard, row
 
 fractions = [float(x) for x in sys.argv[1].split(",")]
 workload = load_workload(DEFAULT_TRACES, seed=0)

@@ -32,7 +32,7 @@ from lifeboatcache.traces import load_traces
 from lifeboatcache_core import prefixes
 
 sys.path.insert(0, os.path.dirname(__file__))
-from return_gaps import EveryUseGuard
+from common import EveryUseGuard
 
 
 def held_out(logs: list[str]) -> None:

@@ -30,113 +30,57 @@ sampling end to end.
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 import os
 import sys
 import time
 
-from lifeboatcache_core.abc import BlockHint
-from lifeboatcache_core.prefixes import PrefixGuard
+from lifeboatcache_core.builtin.lru import LRUPolicy
 
 from lifeboatcache.bench.traces import DEFAULT_TRACES
-from lifeboatcache.sim.engine import gpu_prefix_hits
-from lifeboatcache.sim.folds import fold_workloads
-from lifeboatcache.sim.sweep import DEFAULT_GPU_BLOCKS, make_policy
-from lifeboatcache.sim.workload import Workload, workload_of
+from lifeboatcache.sim import replay as replay_module
+from lifeboatcache.sim.replay import ReplaySetup, replay_policy
+from lifeboatcache.sim.sweep import make_policy
 from lifeboatcache.traces import load_traces
+from lifeboatcache_core import prefixes
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import EveryUseGuard, row, trace_sets
 
 MODES = ("lru", "guard", "active", "noevict")
-DEPTHS = (1000.0, 3000.0, 27000.0, math.inf)
 
 
-def replay(workload: Workload, gpu_hits: list[int], capacity: int, mode: str) -> list[int]:
-    """``sim.replay.replay_policy`` with request ends and the guard in ``mode`` (LRU throughout)."""
-    policy = make_policy("lru")
-    present: set[int] = set()
-    guard = PrefixGuard() if mode in ("guard", "active") else None
-    tier_hits: list[int] = []
-    ends: list[tuple[float, int]] = []
-    ended: list[tuple[float, int]] = []
+class ActiveGuard(EveryUseGuard):
+    """``active``: a victim used within the idle limit is kept whatever its depth."""
 
-    def apply_ends() -> None:
-        for at, n in ended:
-            for block in reversed(workload.blocks[n]):
-                if block in present:
-                    policy.request_done(block)
-                    if guard is not None:
-                        guard.used(block, at)
-        ended.clear()
-
-    for n, (blocks, g, tag, t) in enumerate(zip(workload.blocks, gpu_hits, workload.streams, workload.times,
-                                                strict=True)):
-        while ends and ends[0][0] <= t:
-            ended.append(heapq.heappop(ends))
-        heapq.heappush(ends, (workload.ends[n], n))
-        pos = g
-        while pos < len(blocks) and blocks[pos] in present:
-            policy.touch(blocks[pos])
-            if guard is not None:
-                guard.used(blocks[pos], t)
-            pos += 1
-        tier_hits.append(pos - g)
-        parent = blocks[pos - 1] if pos else None
-        for depth in range(pos, len(blocks)):
-            block = blocks[depth]
-            if block in present:
-                policy.touch(block)
-            else:
-                if ended:
-                    apply_ends()
-                while len(present) >= capacity and mode != "noevict":
-                    victim = policy.victim(block)
-                    if victim is None:
-                        break
-                    if guard is not None:
-                        against = depth if mode == "guard" else math.inf
-                        if guard.protects(victim, against, t) and not policy.abandoned(victim):
-                            break
-                        guard.forget(victim)
-                    policy.remove(victim)
-                    present.discard(victim)
-                if len(present) < capacity:
-                    present.add(block)
-                    if guard is not None:
-                        guard.stored(block, depth, t)
-                    policy.insert(block, 1, BlockHint(tag, parent, depth))
-            parent = block
-    return tier_hits
+    def protects(self, victim, depth, now):
+        return super().protects(victim, math.inf, now)
 
 
-def prefill(start: int, end: int, d: float) -> float:
-    """Cost of computing positions start..end-1 at 1 + p/d each."""
-    n = end - start
-    return n + (0.0 if math.isinf(d) else (end * (end - 1) - start * (start - 1)) / (2 * d))
+class NoEviction(LRUPolicy):
+    """``noevict``: offers no victim, so a full tier stores nothing more (vLLM's fs tier)."""
+
+    def victim(self, incoming=None):
+        return None
 
 
-def row(workload: Workload, gpu_hits: list[int], tier_hits: list[int]) -> dict[str, float]:
-    bt = workload.block_tokens
-    out: dict[str, float] = {}
-    for d in DEPTHS:
-        full = saved = 0.0
-        for tokens, g, t in zip(workload.input_tokens, gpu_hits, tier_hits, strict=True):
-            hit = min((g + t) * bt, tokens)
-            full += prefill(0, tokens, d)
-            saved += prefill(0, hit, d)
-        out["tokens" if math.isinf(d) else f"saved_D{int(d)}"] = round(saved / full, 4)
-    return out
+def replay(workload, gpu_hits: list[int], capacity: int, mode: str) -> list[int]:
+    """``sim.replay.replay_policy`` with request ends, LRU, and the guard in ``mode``."""
+    replay_module.PrefixGuard = ActiveGuard if mode == "active" else EveryUseGuard
+    setup = ReplaySetup(request_ends=True, keep_prefixes=mode in ("guard", "active"))
+    policy = NoEviction() if mode == "noevict" else make_policy("lru")
+    try:
+        return replay_policy(workload, gpu_hits, policy, capacity, setup)
+    finally:
+        replay_module.PrefixGuard = prefixes.PrefixGuard
 
 
 def main() -> None:
     fractions = [float(x) for x in sys.argv[1].split(",")]
-    conversations = load_traces(DEFAULT_TRACES)
-    sets = [(f"fold{f.index}", f.workload, f.gpu_blocks) for f in
-            fold_workloads(conversations, 5, seed=0, gpu_blocks=DEFAULT_GPU_BLOCKS)]
-    sets.append(("all150", workload_of(conversations, seed=0), DEFAULT_GPU_BLOCKS))
+    prefixes.GAP_FACTOR = 4.0  # the guard's factor when guard-modes.log was made
     print(json.dumps({"load_avg_start": os.getloadavg(), "fractions": fractions}), flush=True)
-    for name, workload, gpu_blocks in sets:
-        gpu_hits = gpu_prefix_hits(workload, gpu_blocks)
+    for name, workload, gpu_hits in trace_sets(load_traces(DEFAULT_TRACES)):
         for fraction in fractions:
             capacity = workload.capacity_blocks(fraction)
             for mode in MODES:

@@ -27,34 +27,19 @@ from lifeboatcache_core.prefixes import PrefixGuard
 
 from lifeboatcache.bench.traces import DEFAULT_TRACES
 from lifeboatcache.sim import replay as replay_module
-from lifeboatcache.sim.engine import gpu_prefix_hits
-from lifeboatcache.sim.folds import fold_workloads
 from lifeboatcache.sim.replay import ReplaySetup, replay_policy
-from lifeboatcache.sim.sweep import DEFAULT_GPU_BLOCKS, make_policy
-from lifeboatcache.sim.workload import workload_of
+from lifeboatcache.sim.sweep import make_policy
 from lifeboatcache.traces import load_traces
 
 sys.path.insert(0, os.path.dirname(__file__))
-from guard_modes import row
-
-
-class EveryUseGuard(PrefixGuard):
-    """The guard as before: every use a sample of the return gap."""
-
-    def used(self, key, now, *, request_done=False):
-        super().used(key, now)
+from common import EveryUseGuard, row, trace_sets
 
 
 def main() -> None:
     fractions = [float(x) for x in sys.argv[1].split(",")]
-    conversations = load_traces(DEFAULT_TRACES)
-    sets = [(f"fold{f.index}", f.workload, f.gpu_blocks) for f in
-            fold_workloads(conversations, 5, seed=0, gpu_blocks=DEFAULT_GPU_BLOCKS)]
-    sets.append(("all150", workload_of(conversations, seed=0), DEFAULT_GPU_BLOCKS))
     setup = ReplaySetup(request_ends=True, keep_prefixes=True)
     print(json.dumps({"load_avg_start": os.getloadavg(), "fractions": fractions}), flush=True)
-    for name, workload, gpu_blocks in sets:
-        gpu_hits = gpu_prefix_hits(workload, gpu_blocks)
+    for name, workload, gpu_hits in trace_sets(load_traces(DEFAULT_TRACES)):
         for fraction in fractions:
             capacity = workload.capacity_blocks(fraction)
             for sampling, guard in (("ends", PrefixGuard), ("uses", EveryUseGuard)):
