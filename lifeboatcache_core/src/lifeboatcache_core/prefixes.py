@@ -17,12 +17,13 @@ config's ``keep_prefixes_idle_s`` fixes it instead.
 
 A visit is measured between the same point of each: where the engine reports request ends
 (vLLM's tier), from one request's end to the next that used the block; else from use to use.
-One vLLM request uses a block up to three times (the lookup's touch, the read, the end), and
-counted as gaps those uses made a third of the samples milliseconds and another third the
-request's own duration: the limit came out near the think time, under the time a request waits
-in a loaded engine's queue, and a session whose next request sat queued for longer lost its head
-as idle (grid r34, float32 on 2 cores: 43 head blocks of live sessions at depth 0-30, 152 s
-unused against a 151 s limit, while every session came back every round).
+One vLLM request uses a block it reads from here twice (the read when it is scheduled, the end),
+and counted as gaps those uses made half the samples the request's own service time: the limit
+came out under the time a request waits in a loaded engine's queue (grid r34, float32 on 2 cores:
+100 of 254 evictions were head blocks of live sessions, e.g. one 152 s unused against a 151 s
+limit). End to end alone does not stop that in such a cell (r34b: 100-137 a server): every block
+of a returning chain is one sample, so the first fast return sets the early limit; what a session
+waiting in the queue needs is its chain's idle time restarted when the engine first asks for it.
 """
 
 from __future__ import annotations
