@@ -198,13 +198,16 @@ def test_a_full_tier_gives_up_a_chain_tail_first_once_its_stores_land(tmp_path: 
 SESSION_C = [bytes([i]) * 32 + b"\0\0\0\0" for i in range(21, 25)]
 
 
-def full_tier_holding_a(tmp_path: Path, keep_prefixes: bool = False, **vllm: Any) -> tuple[LifeboatTier, np.ndarray]:
+def full_tier_holding_a(tmp_path: Path, keep_prefixes: bool = False, idle_s: float | None = None,
+                        **vllm: Any) -> tuple[LifeboatTier, np.ndarray]:
     """A tier whose four chunks of session A (rows 0-3) fill it; every row holds its own bytes.
 
-    Plain LRU unless ``keep_prefixes``: most tests are about which chunks reach the tier.
+    Plain LRU unless ``keep_prefixes`` (``idle_s``: its fixed idle limit): most tests are about
+    which chunks reach the tier.
     """
     config = file_config(tmp_path / "t", **vllm)
     config["tiers"][0]["keep_prefixes"] = keep_prefixes
+    config["tiers"][0]["keep_prefixes_idle_s"] = idle_s
     config["tiers"][0]["io_threads"] = 1  # stores land one after another: each evicts exactly one block
     tier, region = make_tier(config)
     region[:, :PAYLOAD] = np.arange(CHUNKS, dtype=np.uint8)[:, None] + 1
@@ -309,6 +312,24 @@ def test_a_full_tier_never_gives_up_a_shallower_copy_for_a_deeper_chunk(tmp_path
     demotions_settle(tier, 1)
     assert tier.exclusive_counts["given_up"] == 0
     assert held(tier, SESSION_A) == [True] * 4
+    tier.shutdown()
+
+
+@pytest.mark.parametrize("asked", [True, False])
+def test_a_request_vllm_asks_for_keeps_its_sessions_idle_head_in_a_full_tier(tmp_path: Path, asked: bool) -> None:
+    """A's turn ended longer ago than the idle limit, and its next turn waited in vLLM's queue:
+    once vLLM asks for that turn's chain, A is live and its chunks are no ended session's."""
+    tier, _ = full_tier_holding_a(tmp_path, keep_prefixes=True, idle_s=0.3, exclusive_when_full=False)
+    tier.on_request_finished(chain_context("a1", SESSION_A))
+    time.sleep(0.4)  # idle past the limit
+    if asked:
+        assert tier.lookup(SESSION_A[0], chain_context("a2", SESSION_A)) is not LookupResult.MISS  # HIT next step
+    # B3 (depth 3) needs room; the coldest chunk is A3 (depth 3), protected unless idle
+    tier.submit_store(TransferJob(2, SESSION_B[3:], np.asarray([4], np.int32), False,
+                                  chain_context("b1", SESSION_B)))
+    finish(tier, 2)
+    assert held(tier, SESSION_A) == [True, True, True, asked]
+    assert held(tier, SESSION_B[3:]) == [not asked]
     tier.shutdown()
 
 

@@ -227,6 +227,8 @@ class LifeboatTier(SecondaryTierManager):
         # per request: store jobs still in flight, and the recency update waiting for them
         self._stores_in_flight: dict[str, int] = {}
         self._touch_after: dict[str, list[BlockKey]] = {}
+        # requests whose chain was marked used when vLLM first asked for it (``_mark_asked``)
+        self._chain_asked: set[str] = set()
         # what our tier costs the engine: CPU on its scheduler thread, chunks moved (cpu_report)
         self._engine_thread_cpu_s = 0.0
         self._chunks_stored = self._chunks_loaded = 0
@@ -360,6 +362,8 @@ class LifeboatTier(SecondaryTierManager):
         cache = self.cache
         if cache is None:
             return LookupResult.MISS
+        if req_context.req_id not in self._chain_asked:
+            self._mark_asked(cache, req_context)
         known = cache.presence([self._key(key)])[0]
         if known is not None:
             if known and self._defer_promotions:
@@ -388,6 +392,22 @@ class LifeboatTier(SecondaryTierManager):
             return LookupResult.RETRY  # the answer is kept for the next ask
         del self._lookups[key]
         return self._answer(cache, key, found)
+
+    def _mark_asked(self, cache: TieredCache, req_context: ReqContext) -> None:
+        """vLLM asks for a request's chain for the first time: its session is live, mark the chain used.
+
+        A full tier protects a session's leading blocks only while they were used more recently
+        than sessions take to come back (``keep_prefixes``), counted from the end of the request
+        that used them last. A request that then waits in a loaded engine's queue looks idle the
+        whole time, and on 2 CPU cores that wait outgrew the learnt limit: its head was evicted as
+        an ended session's (grid r34b: 100-137 evictions per server) just before vLLM asked for it.
+        Marked once per request, tail first as at its end (the head most recent); not a request
+        end, so no return gap is sampled here (``PrefixGuard.used``).
+        """
+        self._chain_asked.add(req_context.req_id)
+        chain = request_chain(req_context)
+        if chain:
+            cache.touch([self._key(k) for k in reversed(chain)])
 
     def _may_promote(self, cache: TieredCache, key: OffloadKey, req_context: ReqContext) -> bool:
         """``engine.vllm.promotion_budget``: may vLLM promote this chunk of this request from here now?
@@ -764,6 +784,7 @@ class LifeboatTier(SecondaryTierManager):
         ``request_done``: a policy that learns session rhythms starts the session's idle time here.
         """
         self._forget_asked(req_context.req_id)
+        self._chain_asked.discard(req_context.req_id)
         self._promotions_done(req_context.req_id)
         self._held_since.pop(req_context.req_id, None)
         cache = self.cache
