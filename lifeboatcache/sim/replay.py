@@ -100,10 +100,12 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
     With ``setup.request_ends`` the replay also does what vLLM's tier does when a request finishes
     (``LifeboatTier.on_request_finished``): at the response's end (``workload.ends``) the
     prompt's chain is handed over, tail first, to be marked used by
-    ``EvictionPolicy.request_done``. As in a real tier (``Tier.touch``), those uses are kept
-    and applied when the next new block is admitted and room is made for it (``Tier._reserve``),
-    each at its own time on the policy's clock, for the blocks the tier holds then: after the
-    reads of the requests that came in meanwhile, not before them.
+    ``EvictionPolicy.request_done``; and when a request comes in, vLLM's tier marks its chain
+    used (``LifeboatTier._mark_asked``: ``touch``, tail first). As in a real tier
+    (``Tier.touch``), those uses are kept and applied when the next new block is admitted and
+    room is made for it (``Tier._reserve``), each at its own time on the policy's clock, for the
+    blocks the tier holds then: after the reads of the requests that came in meanwhile, not
+    before them.
 
     With ``setup.keep_prefixes`` the tier guards sessions' leading blocks as a tier with
     ``keep_prefixes = true`` (the default) does (``Tier._reserve``): a victim no deeper than the
@@ -125,28 +127,31 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
     tier_hits: list[int] = []
     tags = workload.streams if setup.session_tags else [None] * len(workload.blocks)
     ends: list[tuple[float, int]] = []  # (end time, request index) of requests not ended yet
-    ended: list[tuple[float, int]] = []  # ended, their uses kept until the next reservation (Tier.touch)
+    # (time, request index, ended: else asked for) of uses kept until the next reservation (Tier.touch)
+    ended: list[tuple[float, int, bool]] = []
     now = [0.0]
     if getattr(policy, "clock", None) is not None:  # policies that reason about time see the replay's clock
         policy.clock = lambda: now[0]
 
     def apply_ends() -> None:  # Tier._apply_uses: each kept use at its own time
         current = now[0]
-        for at, n in ended:
+        for at, n, finished in ended:
             now[0] = at
+            use = done if finished else touch
             for block in reversed(workload.blocks[n]):
                 if block in present:
-                    done(block)  # type: ignore[arg-type]
+                    use(block)  # type: ignore[arg-type]
                     if guard is not None:
-                        guard.used(block, at, request_done=True)  # type: ignore[arg-type]
+                        guard.used(block, at, request_done=finished)  # type: ignore[arg-type]
         ended.clear()
         now[0] = current
 
     for n, (blocks, g, tag, t) in enumerate(zip(workload.blocks, gpu_hits, tags, workload.times, strict=True)):
         while ends and ends[0][0] <= t:  # LifeboatTier.on_request_finished of each ended request
-            ended.append(heapq.heappop(ends))
+            ended.append((*heapq.heappop(ends), True))
         if request_ends:
             heapq.heappush(ends, (workload.ends[n], n))  # type: ignore[index]
+            ended.append((t, n, False))  # LifeboatTier._mark_asked
         now[0] = t
         end = len(blocks)
         pos = g

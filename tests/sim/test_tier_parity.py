@@ -7,7 +7,8 @@ the rest (``put``: ``Tier.store``), as an engine's offloading connector does. Th
 policy calls (``admit``, ``insert``, ``touch``, ``victim``, ``remove`` with the block and its
 hint) must be identical, and so must the per-request tier hits. With vLLM's request ends
 (``request_ends``) each finished request's chain reaches the tier as
-``TieredCache.touch(..., request_done=True)`` before the next request, as vLLM's tier reports it.
+``TieredCache.touch(..., request_done=True)`` before the next request, and each request's chain
+as a plain ``touch`` before its lookup, as vLLM's tier reports them.
 With ``keep_prefixes`` (a tier's default) the tier's own veto on victims runs in both, the tier's
 clock set to the workload's times.
 """
@@ -124,6 +125,8 @@ def run_real_tier(tmp_path: Path, wl: Workload, gpu_hits: list[int], capacity_bl
                 clock[0], n = ends.pop(0)
                 cache.touch([key_of[b] for b in reversed(wl.blocks[n])], request_done=True)
             clock[0] = t
+            if request_ends:  # and marks a request's chain used when it is first asked for
+                cache.touch([key_of[b] for b in reversed(blocks)])
             tail = [key_of[b] for b in blocks[g:]]
             run = 0
             for known in cache.presence(tail):
