@@ -21,9 +21,11 @@ One vLLM request uses a block it reads from here twice (the read when it is sche
 and counted as gaps those uses made half the samples the request's own service time: the limit
 came out under the time a request waits in a loaded engine's queue (grid r34, float32 on 2 cores:
 100 of 254 evictions were head blocks of live sessions, e.g. one 152 s unused against a 151 s
-limit). End to end alone does not stop that in such a cell (r34b: 100-137 a server): every block
-of a returning chain is one sample, so the first fast return sets the early limit; what a session
-waiting in the queue needs is its chain's idle time restarted when the engine first asks for it.
+limit). End to end alone did not stop that in such a cell (r34b: 100-137 a server): every block
+of a returning chain is one sample, so the first fast return sets the early limit. So vLLM's tier
+also marks a request's chain used when the engine first asks about it (``LifeboatTier._mark_asked``,
+a use, not a request end): a session whose request waits in the queue is live whatever the limit.
+In r35 (same cell) 51-81 of a server's 82-122 blocks taken as idle were never asked for again.
 """
 
 from __future__ import annotations
