@@ -26,7 +26,8 @@ for path in sorted(glob.glob(f"{sys.argv[1]}/*.jsonl")):
         continue
     waits = [a["t"] - arrive[a["req"]] for a in asks if a["req"] in arrive]
     print(path, f"{len(arrive)} requests, {len(asks)} asked, {len(judged)} judgements")
-    print(f"  arrival to first ask s: p50 {pct(waits, .5):.1f} p90 {pct(waits, .9):.1f} max {max(waits, default=0):.1f}")
+    print(f"  arrival to first ask s: p50 {pct(waits, .5):.1f} p90 {pct(waits, .9):.1f}",
+          f"max {max(waits, default=0):.1f}")
     # digest -> times it was asked for (with the request)
     asked_at: dict[str, list[tuple[float, str]]] = collections.defaultdict(list)
     for a in asks:
