@@ -149,7 +149,7 @@ def register(app: typer.Typer) -> None:
         request_ends: bool = typer.Option(False, help="Touch each prompt's held blocks at its response's end "
                                           "(the traces' api_time), as vLLM's tier does when a request finishes."),
         keep_prefixes: bool = typer.Option(False, help="The tier's keep_prefixes guard (on in a tier config by "
-                                           "default): a victim no deeper than the new block, used within the "
+                                           "default): a session's victim used within the "
                                            "learnt idle limit and not left by its session declines the new block."),
         folds: int = typer.Option(5, "--folds", min=1,
                                   help="K folds of whole conversations: each tunable default is chosen on K-1 "

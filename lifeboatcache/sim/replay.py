@@ -108,8 +108,8 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
     before them.
 
     With ``setup.keep_prefixes`` the tier guards sessions' leading blocks as a tier with
-    ``keep_prefixes = true`` (the default) does (``Tier._reserve``): a victim no deeper than the
-    incoming block, used more recently than the learnt idle limit and not one its session left
+    ``keep_prefixes = true`` (the default) does (``Tier._reserve``): a victim stored with a depth,
+    used more recently than the learnt idle limit and not one its session left
     (``EvictionPolicy.abandoned``) declines the incoming block (victims taken before it stay
     evicted). The guard learns return gaps from reads and kept uses on the replay's clock, as the
     tier's does on its own (``PrefixGuard``).
@@ -176,7 +176,7 @@ def replay_policy(workload: Workload, gpu_hits: list[int], policy: EvictionPolic
                         if evicted is None:
                             break
                         if guard is not None:
-                            if guard.protects(evicted, depth, t) and not policy.abandoned(evicted):
+                            if guard.protects(evicted, t) and not policy.abandoned(evicted):
                                 break  # declined: the block is not stored
                             guard.forget(evicted)
                         remove(evicted)

@@ -484,8 +484,9 @@ def test_touch_never_waits_for_a_tiers_lock(tmp_path: Path) -> None:
         toucher.join(5.0)
 
 
-def test_a_full_tier_keeps_prefix_heads_and_declines_deeper_blocks(tmp_path: Path) -> None:
-    """keep_prefixes: a full tier makes room only with deeper blocks, or ones idle for keep_prefixes_idle_s."""
+def test_a_full_tier_keeps_live_sessions_blocks_and_declines_newcomers(tmp_path: Path) -> None:
+    """keep_prefixes: a full tier makes room only with blocks idle for keep_prefixes_idle_s (or stored
+    without a depth), whatever the newcomer's depth: a live session's deep blocks are its dearest."""
     import time
 
     from lifeboatcache_core.abc import BlockHint
@@ -503,14 +504,12 @@ def test_a_full_tier_keeps_prefix_heads_and_declines_deeper_blocks(tmp_path: Pat
 
         # full: every further block needs exactly one victim (a put reserves payload + overhead)
         tier.resize(tier.used - tier.used // 3 + 4096 + BLOCK_OVERHEAD + 64)
-        assert cache.put(keys(1, start=10), blobs(1, 4096), hints=at(5)) == [False]  # victim depth 2: declined
-        assert all(k in tier.index for k in chain) and tier.stats.declined == 1
-        assert cache.put(keys(1, start=11), blobs(1, 4096), hints=at(1)) == [True]  # evicts the depth-2 block
-        assert chain[0] not in tier.index
-        assert cache.put(keys(1, start=12), blobs(1, 4096), hints=at(1)) == [False]  # victim depth 1, in use
-        assert tier.stats.declined == 2
-        time.sleep(0.6)  # the victim has been idle long enough: its session may have ended
+        for n, depth in enumerate((5, 1, 0)):  # deeper, shallower, another session's head: all declined
+            assert cache.put(keys(1, start=10 + n), blobs(1, 4096), hints=at(depth)) == [False]
+        assert all(k in tier.index for k in chain) and tier.stats.declined == 3
+        time.sleep(0.6)  # the chain has been idle long enough: its session may have ended
         assert cache.put(keys(1, start=12), blobs(1, 4096), hints=at(1)) == [True]
+        assert chain[0] not in tier.index
         assert cache.put(keys(1, start=13), blobs(1, 4096)) == [True]  # no depth: admitted as before
 
 

@@ -23,16 +23,17 @@ def _returns(guard: PrefixGuard, gap_s: float, count: int, start: float = 0.0) -
     return now + gap_s
 
 
-def test_a_fresh_tier_protects_equal_depth_blocks_for_the_unlearnt_limit() -> None:
+def test_a_fresh_tier_protects_every_sessions_block_for_the_unlearnt_limit() -> None:
+    """Head and tail alike: a live session's deep blocks are its dearest to recompute."""
     guard = PrefixGuard()
     head, tail = keys(2)
     guard.stored(head, 0, 0.0)
     guard.stored(tail, 3, 0.0)
     assert guard.idle_limit_s == prefixes.UNLEARNT_IDLE_S
-    assert guard.protects(head, 0, 100.0) and guard.protects(head, 2, 100.0)
-    assert not guard.protects(tail, 2, 1.0)  # deeper than the newcomer: may go
-    assert not guard.protects(head, 0, prefixes.UNLEARNT_IDLE_S + 1)
-    assert not guard.protects(keys(1, start=9)[0], 0, 0.0)  # stored without a depth: never protected
+    assert guard.protects(head, 100.0) and guard.protects(tail, 100.0)
+    assert not guard.protects(head, prefixes.UNLEARNT_IDLE_S + 1)
+    assert not guard.protects(tail, prefixes.UNLEARNT_IDLE_S + 1)
+    assert not guard.protects(keys(1, start=9)[0], 0.0)  # stored without a depth: never protected
 
 
 def test_the_limit_follows_the_return_gaps_and_ignores_the_storing_requests_own_use() -> None:
@@ -50,7 +51,7 @@ def test_the_limit_follows_the_return_gaps_and_ignores_the_storing_requests_own_
     assert guard.idle_limit_s == pytest.approx(limit)
     block = keys(1, start=5)[0]
     guard.stored(block, 0, now)
-    assert guard.protects(block, 0, now + limit - 1) and not guard.protects(block, 0, now + limit + 1)
+    assert guard.protects(block, now + limit - 1) and not guard.protects(block, now + limit + 1)
 
 
 def test_with_request_ends_a_return_gap_runs_from_one_end_to_the_next() -> None:
@@ -69,8 +70,8 @@ def test_with_request_ends_a_return_gap_runs_from_one_end_to_the_next() -> None:
             guard.used(key, 10.0 * visit, request_done=True)
     limit = prefixes.GAP_FACTOR * 10.0
     assert guard.idle_limit_s == pytest.approx(limit)
-    assert guard.protects(blocks[0], 0, 20.0 + limit - 1)  # its next request queued a while longer
-    assert not guard.protects(blocks[0], 0, 20.0 + limit + 1)
+    assert guard.protects(blocks[0], 20.0 + limit - 1)  # its next request queued a while longer
+    assert not guard.protects(blocks[0], 20.0 + limit + 1)
 
 
 def test_a_configured_idle_limit_is_not_learnt_over() -> None:

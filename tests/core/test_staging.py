@@ -342,11 +342,13 @@ def test_staging_looks_past_the_victims_it_may_not_take(stack: Callable[..., Tie
     kept one (before, ``bench staging`` declined 732 of 1,711 staging stores into DRAM)."""
     guard = kept_by == "the prefix guard"
     cache = stack(dram_blocks=6, dram={"keep_prefixes": guard})
-    # the guard keeps a block from any deeper one: a's blocks are deeper than b's, c's deeper still
+    # the guard keeps every live session's block (b's), not blocks stored without a depth (c's)
     a, _ = session(cache, "a", 3, start=0, depth=3)
     cache.all_tiers[0].discard(a)  # a is in the file tier only
     b, _ = session(cache, "b", 3, start=100)
-    c, _ = session(cache, "c", 3, start=200, depth=10)
+    c = keys(3, start=200)
+    for key, data in zip(c, blobs(3, BLOCK), strict=True):
+        assert cache.put([key], [data]) == [True]
     assert in_tier(cache, "dram", b + c) == [True] * 6, "DRAM is full: b's blocks are the oldest"
     cache.stager.lead_s = 120.0  # a, back in a minute, is due for staging now
     if not guard:

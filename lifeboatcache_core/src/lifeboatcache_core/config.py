@@ -119,12 +119,11 @@ class TierConfig(BaseModel):
     #: a key missing from this process's index is looked up on the backend (one stat) before it
     #: counts as a miss, and adopted into the index when found
     shared: bool = False
-    #: a full tier evicts a block for a new one only if the victim is deeper in its prefix chain
-    #: (``BlockHint.depth``) or idle for longer than sessions take to come back; otherwise it
-    #: declines the new block (lifeboatcache_core.prefixes). A prompt hits only up to its first
-    #: miss, so a session's head is worth more than any tail, and among equals the block in use is
-    #: worth more than the newcomer, while the blocks of sessions that ended still make room.
-    #: Blocks without a depth (e.g. after a restart) are always evictable.
+    #: a full tier evicts a session's block (stored with a ``BlockHint.depth``) for a new one only
+    #: if it has been idle for longer than sessions take to come back; otherwise it declines the
+    #: new block (lifeboatcache_core.prefixes): the live sessions' heads that are there stay whole
+    #: (a deep token costs more to recompute than a shallow one), while the blocks of sessions
+    #: that ended still make room. Blocks without a depth (e.g. after a restart) are always evictable.
     keep_prefixes: bool = True
     #: the idle time after which a block is no longer protected; None learns it from the return
     #: gaps the tier sees (1.5 times their 90th percentile; 600 s until 32 were seen)

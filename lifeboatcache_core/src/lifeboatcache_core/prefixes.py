@@ -1,13 +1,22 @@
 """``keep_prefixes``: which blocks a full tier may give up for a new one, and when sessions have ended.
 
-A prompt hits only up to its first miss, so a session's leading blocks are worth more than any
-of its later ones, and among equals a block in use is worth more than a newcomer: agents taking
-turns over a disk too small for all of them then keep every session's head instead of evicting
-the sessions about to return (LRU's failure on cycles). A block stops being protected once it
-has been idle for longer than sessions take to come back: its session has most likely ended,
-and on a long-running server new sessions must be able to replace ended ones (a tier that only
-ever keeps what it stored first, like vLLM's ``fs`` tier on a full disk, serves nothing to the
-sessions that start later).
+A full tier gives up no block that a live session used lately: it declines the newcomer instead,
+so agents taking turns over a disk too small for all of them keep the sessions' heads that are
+there instead of evicting the sessions about to return (LRU's failure on cycles). A block stops
+being protected once it has been idle for longer than sessions take to come back: its session has
+most likely ended, and on a long-running server new sessions must be able to replace ended ones
+(a tier that only ever keeps what it stored first, like vLLM's ``fs`` tier on a full disk, serves
+nothing to the sessions that start later). Only blocks stored with a prefix depth (a session's
+chain) are protected.
+
+The rule was "a live block no deeper than the newcomer" until 2026-12-07: it levelled every live
+session's head to a common depth, and a token deep in a prompt costs more to recompute than one
+near its start (attention reads every earlier token), so the same number of tokens from cache
+saved less prefill than the first-come heads vLLM's ``fs`` tier keeps (grid r33-r35: equal
+tokens, 7-15 % slower). Keeping every live block, whatever its depth, saved more prefill on every
+held-out fold of the 150 traces at 2, 5 and 10 % of their working set, at every weight from
+D = 1,000 to 27,000 (bench/results/traces-2026-12-07-asked, ``deeper_wins.py``), with tokens from
+cache within -2.8 to +1.5 points; a rule that let only deeper newcomers in did worst.
 
 How long is "longer than sessions take to come back" is learnt, not configured: every time a
 session comes back to a block, the time since its previous visit is one sample of the return
@@ -117,9 +126,8 @@ class PrefixGuard:
             return self._fixed_idle_s
         return self._learnt_idle_s if self._learnt_idle_s is not None else UNLEARNT_IDLE_S
 
-    def protects(self, victim: BlockKey, depth: int, now: float) -> bool:
-        """May ``victim`` not make room for a block at ``depth``? Deeper or idle blocks may; others not."""
-        victim_depth = self._depth.get(victim)
-        if victim_depth is None or victim_depth > depth:
+    def protects(self, victim: BlockKey, now: float) -> bool:
+        """May ``victim`` not make room for a newcomer? Not while used within the idle limit (module docstring)."""
+        if victim not in self._depth:
             return False
         return now - self._used_at.get(victim, 0.0) < self.idle_limit_s

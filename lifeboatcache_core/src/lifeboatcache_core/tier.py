@@ -678,12 +678,12 @@ class Tier:
         """Pick victims so that ``estimate`` more bytes fit; reserve them. None: cannot fit.
 
         Space held by in-flight writes is not evictable yet: wait (bounded) for them to land
-        rather than exceed the capacity or give up at once. With ``depth`` (``keep_prefixes``)
-        each victim must be deeper in its prefix chain than the incoming block, idle for longer
-        than sessions take to return (``PrefixGuard.protects``), or one its session left
+        rather than exceed the capacity or give up at once. With ``depth`` (``keep_prefixes``: the
+        incoming block is a session's) each victim must be idle for longer than sessions take
+        to return or stored without a depth (``PrefixGuard.protects``), or one its session left
         (``EvictionPolicy.abandoned``); at the first that is none of these the incoming
-        block is declined (``stats.declined``) and nothing waits. Deeper victims taken before
-        that stay evicted: their space serves the next store. ``evictable`` (a staging store)
+        block is declined (``stats.declined``) and nothing waits. Victims taken before that
+        stay evicted: their space serves the next store. ``evictable`` (a staging store)
         judges each victim first: True takes it and False keeps it whatever the guard says (the
         stager knows when its session is back), None leaves it to the guard. Such a store looks
         past a victim it may not take to the first of the policy's next picks it may
@@ -706,7 +706,7 @@ class Tier:
             verdict = None if evictable is None else evictable(victim)
             if verdict is not None:
                 return verdict
-            return depth is None or not self._prefixes.protects(victim, depth, time.monotonic()) \
+            return depth is None or not self._prefixes.protects(victim, time.monotonic()) \
                 or self.policy.abandoned(victim)
 
         freed = 0
