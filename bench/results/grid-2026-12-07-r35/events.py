@@ -34,7 +34,7 @@ for path in sorted(glob.glob(f"{sys.argv[1]}/*.jsonl")):
         for d in a["chain"]:
             asked_at[d].append((a["t"], a["req"]))
     idle = [j for j in judged if not j["protected"] and j["victim_depth"] is not None
-            and j["victim_depth"] <= j["depth"]]
+            and j["victim_depth"] <= j.get("depth", j["victim_depth"])]  # r36 logs no newcomer depth
     where: collections.Counter[str] = collections.Counter()
     for j in idle:
         times = asked_at.get(j["victim"], [])
