@@ -3,6 +3,7 @@
 # (LifeboatTier._mark_asked). diag/sitecustomize.py logs arrivals, first asks (with chains), ends and every
 # victim the prefix guard judges, to see whether live sessions' heads are still evicted as idle, and whether
 # a request waits in vLLM's queue before it is first asked for.
+# r36 (another folder as OUT) ran it after keep_prefixes kept every live block (1ed8fe2).
 # Usage: bash run.sh OUT NAME REPEAT CONFIGS
 set -u
 D=$1; NAME=$2; REPEAT=$3; CONFIGS=$4

@@ -1,10 +1,11 @@
-"""Diagnostic only (r35): when requests arrive, are first asked for, finish, and which blocks a full tier evicts.
+"""Diagnostic only (r35, r36): when requests arrive, are first asked for, finish, and which blocks a full tier evicts.
 
 Put this folder on PYTHONPATH of a grid run with LBC_DIAG_DIR set; each process appends JSON lines
 to ``LBC_DIAG_DIR/events-<pid>.jsonl``: ``arrive`` (vLLM's on_new_request), ``ask`` (the first
 lookup of a request, with its chain's digests, 12 hex digits each, head to tail), ``end``
 (on_request_finished), and ``judge`` (every victim the prefix guard judges: its digest, depth,
-time unused, the limit, and whether it was protected). Nothing else changes.
+time unused, the limit, whether it was protected, and the newcomer's depth where the guard
+took one). Nothing else changes.
 """
 
 import json
@@ -30,12 +31,15 @@ if _DIR:
     if _prefixes is not None:
         _protects = _prefixes.PrefixGuard.protects
 
-        def protects(self, victim, depth, now):
-            result = _protects(self, victim, depth, now)
-            used = self._used_at.get(victim)
-            _write({"ev": "judge", "victim": victim.digest.hex()[:12], "victim_depth": self._depth.get(victim),
-                    "depth": depth, "unused_s": None if used is None else round(now - used, 1),
-                    "limit_s": round(self.idle_limit_s, 1), "protected": result})
+        def protects(self, victim, *depth_now):  # (victim, depth, now) until 1ed8fe2, (victim, now) since
+            result = _protects(self, victim, *depth_now)
+            used, now = self._used_at.get(victim), depth_now[-1]
+            row = {"ev": "judge", "victim": victim.digest.hex()[:12], "victim_depth": self._depth.get(victim),
+                   "unused_s": None if used is None else round(now - used, 1),
+                   "limit_s": round(self.idle_limit_s, 1), "protected": result}
+            if len(depth_now) == 2:
+                row["depth"] = depth_now[0]
+            _write(row)
             return result
 
         _prefixes.PrefixGuard.protects = protects
