@@ -16,7 +16,9 @@ saved less prefill than the first-come heads vLLM's ``fs`` tier keeps (grid r33-
 tokens, 7-15 % slower). Keeping every live block, whatever its depth, saved more prefill on every
 held-out fold of the 150 traces at 2, 5 and 10 % of their working set, at every weight from
 D = 1,000 to 27,000 (bench/results/traces-2026-12-07-asked, ``deeper_wins.py``), with tokens from
-cache within -2.8 to +1.5 points; a rule that let only deeper newcomers in did worst.
+cache within -2.8 to +1.5 points; a rule that let only deeper newcomers in did worst. The grid's
+bounded 8-agent cell did not confirm it in its first two runs (r36: 0.87x TTFT against vllm-fs,
+the old rule 0.93x-1.00x in the same cell, whose runs spread as widely).
 
 How long is "longer than sessions take to come back" is learnt, not configured: every time a
 session comes back to a block, the time since its previous visit is one sample of the return

@@ -396,11 +396,12 @@ class LifeboatTier(SecondaryTierManager):
     def _mark_asked(self, cache: TieredCache, req_context: ReqContext) -> None:
         """vLLM asks for a request's chain for the first time: its session is live, mark the chain used.
 
-        A full tier protects a session's leading blocks only while they were used more recently
-        than sessions take to come back (``keep_prefixes``), counted from the end of the request
-        that used them last. A request that then waits in a loaded engine's queue looks idle the
-        whole time, and on 2 CPU cores that wait outgrew the learnt limit: its head was evicted as
-        an ended session's (grid r34b: 100-137 evictions per server) just before vLLM asked for it.
+        A full tier protects a session's blocks only while they were used more recently than
+        sessions take to come back (``keep_prefixes``), counted from the end of the request that
+        used them last. A request that then waits in a loaded engine's queue looked idle the whole
+        time, and on 2 CPU cores that wait outgrew the learnt limit: live sessions' heads were
+        evicted as ended ones' (grid r34b: 100-137 evictions per server; r35, with this mark: none
+        while the request that next asked for the block waited).
         Marked once per request, tail first as at its end (the head most recent); not a request
         end, so no return gap is sampled here (``PrefixGuard.used``).
         """
