@@ -236,7 +236,7 @@ def stored_bytes(tier: LifeboatTier, key: bytes) -> np.ndarray | None:
 
 def test_a_full_tier_keeps_new_chunks_in_vllms_cpu_tier_until_it_is_about_to_drop_them(tmp_path: Path) -> None:
     """exclusive_when_full: stored from their rows when they become the CPU tier's coldest, byte-exact."""
-    tier, _ = full_tier_holding_a(tmp_path)
+    tier, _ = full_tier_holding_a(tmp_path, exclusive_when_full=True)
     tier.submit_store(TransferJob(2, SESSION_B[:2], np.asarray([4, 5], np.int32), False,
                                   chain_context("b1", SESSION_B[:2])))
     assert finish(tier, 2).success  # reported stored: vLLM unpins the rows
@@ -277,7 +277,7 @@ def test_a_full_tier_gives_up_copies_vllms_cpu_tier_holds_for_chunks_it_is_about
     above them); A's chunks become deferred and are stored byte-exact once they in turn near
     the CPU tier's eviction end.
     """
-    tier, _ = full_tier_holding_a(tmp_path, keep_prefixes=True)
+    tier, _ = full_tier_holding_a(tmp_path, keep_prefixes=True, exclusive_when_full=True)
     tier.submit_store(TransferJob(2, SESSION_B[1:], np.asarray([4, 5, 6], np.int32), False,
                                   chain_context("b1", SESSION_B)))  # B1-B3: depths 1-3 of B's chain
     assert finish(tier, 2).success
@@ -304,7 +304,7 @@ def test_a_full_tier_gives_up_copies_vllms_cpu_tier_holds_for_chunks_it_is_about
 
 def test_a_full_tier_never_gives_up_a_shallower_copy_for_a_deeper_chunk(tmp_path: Path) -> None:
     """B3 (depth 3) may take only copies at least as deep; A0 and A1 stay, A2 and A3 are about to be demoted."""
-    tier, _ = full_tier_holding_a(tmp_path, keep_prefixes=True)
+    tier, _ = full_tier_holding_a(tmp_path, keep_prefixes=True, exclusive_when_full=True)
     tier.submit_store(TransferJob(2, SESSION_B[3:], np.asarray([4], np.int32), False,
                                   chain_context("b1", SESSION_B)))
     assert finish(tier, 2).success
@@ -334,7 +334,7 @@ def test_a_request_vllm_asks_for_keeps_its_sessions_idle_head_in_a_full_tier(tmp
 
 
 def test_a_row_vllm_reused_before_our_copy_is_a_miss_not_another_chunks_bytes(tmp_path: Path) -> None:
-    tier, region = full_tier_holding_a(tmp_path)
+    tier, region = full_tier_holding_a(tmp_path, exclusive_when_full=True)
     tier.submit_store(TransferJob(2, SESSION_B[:2], np.asarray([4, 5], np.int32), False,
                                   chain_context("b1", SESSION_B[:2])))
     assert finish(tier, 2).success
@@ -351,7 +351,7 @@ def test_a_row_vllm_reused_before_our_copy_is_a_miss_not_another_chunks_bytes(tm
 
 
 def test_a_chunk_displaced_from_its_row_before_its_turn_is_counted_lost(tmp_path: Path) -> None:
-    tier, _ = full_tier_holding_a(tmp_path)
+    tier, _ = full_tier_holding_a(tmp_path, exclusive_when_full=True)
     tier.submit_store(TransferJob(2, SESSION_B[:1], np.asarray([4], np.int32), False,
                                   chain_context("b1", SESSION_B[:1])))
     assert finish(tier, 2).success
@@ -368,7 +368,7 @@ def test_the_model_refreshes_only_the_chunks_vllms_cpu_tier_refreshes(tmp_path: 
     from lifeboatcache_vllm.tier import cpu_tier_uses
     from vllm.v1.kv_offload.cpu.manager import _RequestCacheAccess
 
-    tier, _ = make_tier(file_config(tmp_path / "t"))
+    tier, _ = make_tier(file_config(tmp_path / "t", exclusive_when_full=True))
     tier.submit_store(TransferJob(1, SESSION_A, np.arange(4, dtype=np.int32), False, chain_context("a1", SESSION_A)))
     tier.submit_store(TransferJob(2, SESSION_B[:2], np.asarray([4, 5], np.int32), False,
                                   chain_context("b1", SESSION_B[:2])))
@@ -381,9 +381,9 @@ def test_the_model_refreshes_only_the_chunks_vllms_cpu_tier_refreshes(tmp_path: 
     tier.shutdown()
 
 
-def test_inclusive_when_asked_stores_every_chunk_at_once(tmp_path: Path) -> None:
-    """exclusive_when_full = false: vLLM's write-through, the full tier evicts for every new chunk."""
-    tier, _ = full_tier_holding_a(tmp_path, exclusive_when_full=False)
+def test_by_default_a_full_tier_is_offered_every_chunk_at_once(tmp_path: Path) -> None:
+    """exclusive_when_full off (the default): vLLM's write-through; this full tier (plain LRU) evicts for each."""
+    tier, _ = full_tier_holding_a(tmp_path)
     tier.submit_store(TransferJob(2, SESSION_B[:2], np.asarray([4, 5], np.int32), False,
                                   chain_context("b1", SESSION_B[:2])))
     assert finish(tier, 2).success

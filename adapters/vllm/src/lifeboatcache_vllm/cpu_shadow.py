@@ -6,7 +6,10 @@ our tier is full, a chunk the CPU tier still holds takes room here that a chunk 
 has already dropped could use, and the two tiers end up holding mostly the same chunks. With
 this model, a full tier keeps such a chunk only in the CPU tier and stores it here when it
 nears that tier's eviction end (``LifeboatTier``): the two tiers then hold different chunks
-(exclusive caching), together nearly the sum of their sizes.
+(exclusive caching), together nearly the sum of their sizes. Only with
+``engine.vllm.exclusive_when_full = true``: by default a full tier is written through, as
+vLLM's own tiers are, which kept more of the next turns' prefixes on a bounded disk (the
+setting's comment says what was measured).
 
 The model follows vLLM's ``LRUCachePolicy`` (``vllm/v1/kv_offload/cpu/policies/lru.py``): a
 chunk becomes the newest when it is stored into the CPU tier or promoted into it from a tier

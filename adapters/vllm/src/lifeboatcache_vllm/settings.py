@@ -53,8 +53,12 @@ class VllmSettings(PluginConfig):
     vllm_mode: Literal["native", "lmcache"] = "native"
     #: native mode: once the bottom tier is full, a chunk vLLM's CPU tier holds stays only
     #: there and is stored here when that tier is about to drop it (``lifeboatcache_vllm.cpu_shadow``):
-    #: full, the two tiers hold different chunks instead of mostly the same ones
-    exclusive_when_full: bool = True
+    #: full, the two tiers hold different chunks instead of mostly the same ones. Off (vLLM's
+    #: write-through), a full tier's ``keep_prefixes`` declines new chunks while every block is a
+    #: live session's and keeps the heads it stored first. Measured on a bounded disk (bench/results,
+    #: r37 and r38 on other traces): off served 3-8 points more of the prompt from cache than on,
+    #: at a 7-10 % lower mean TTFT (1.04-1.08x of vLLM's fs tier, where on was 0.97x), so it is off
+    exclusive_when_full: bool = False
     #: native mode: a chunk found only here is answered one scheduler step after it is first
     #: asked for (RETRY, then HIT), as vLLM's own fs tier answers every lookup. The step's
     #: requests that vLLM's CPU tier serves whole are scheduled first, and our promotions into
