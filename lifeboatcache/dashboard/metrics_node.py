@@ -53,11 +53,16 @@ def _alive(pid: int) -> bool:
 
 
 def write_sample(directory: Path, sample: Sample, pid: int | None = None) -> Path:
-    """Atomically write ``sample`` as ``<directory>/<pid>.json``."""
+    """Atomically write ``sample`` as ``<directory>/<pid>.json``.
+
+    The partial file is the writing thread's own: two publishers of one process (two caches
+    opened with a dashboard each, as several vLLM tiers in one test process do) would otherwise
+    rename a partial the other had already moved, and the loser warned once and went quiet.
+    """
     pid = os.getpid() if pid is None else pid
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     final = directory / f"{pid}.json"
-    partial = directory / f".{pid}.json.partial"
+    partial = directory / f".{pid}.{threading.get_ident()}.json.partial"
     partial.write_text(json.dumps({"format": SAMPLE_FORMAT, "pid": pid, "written_at": time.time(), "sample": sample}))
     os.replace(partial, final)
     return final

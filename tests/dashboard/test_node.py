@@ -182,3 +182,32 @@ def test_spool_skips_other_formats_stale_and_dead_processes(tmp_path: Path) -> N
     dead.wait(10)
     write_sample(spool, sample, pid=dead.pid)
     assert read_node_samples(spool) == [] and not (spool / f"{dead.pid}.json").exists()
+
+
+def test_two_publishers_of_one_process_never_trip_over_each_others_spool_file(tmp_path: Path) -> None:
+    """Two caches opened with a dashboard each in one process: their publishers write the same
+    ``<pid>.json``. Each writes its own partial file, so neither renames a partial the other already
+    moved (FileNotFoundError, and the spool warned off; seen in tests/adapters/vllm)."""
+    import threading
+
+    from lifeboatcache.dashboard.metrics_node import write_sample
+
+    spool = tmp_path / "spool"
+    sample = {"tiers": {}, "cache": {}, "job_latency": {}}
+    errors: list[OSError] = []
+
+    def publish() -> None:
+        for _ in range(1500):
+            try:
+                write_sample(spool, sample)
+            except OSError as exc:
+                errors.append(exc)
+
+    writers = [threading.Thread(target=publish) for _ in range(3)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    assert errors == []
+    assert json.loads((spool / f"{os.getpid()}.json").read_text())["sample"] == sample
+    assert [p.name for p in spool.iterdir()] == [f"{os.getpid()}.json"]  # no partial file left
